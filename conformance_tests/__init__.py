@@ -1,0 +1,1 @@
+"""The trainspec conformance kit."""
