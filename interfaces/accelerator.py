@@ -49,7 +49,9 @@ class Accelerator(Protocol):
 
         **Must not** raise, whatever the machine has installed (a missing driver or vendor
         package gives ``False``), and **must not** initialise the device, start threads or
-        change global state (ACC-2). Repeated calls give the same answer.
+        change global state (ACC-2). Repeated calls give the same answer. An implementation
+        **may** import its vendor package and query its runtime once (the answer is then
+        cached), where the device count cannot be known otherwise (XLA).
         """
 
     @abstractmethod
@@ -68,8 +70,10 @@ class Accelerator(Protocol):
         device per process); a digit string (``"2"``, as the int); a comma-separated index list
         (``"0,1"``, ``"1,"``); a sequence of ``int`` indices (``[0, 1]``).
 
-        The result **must** be a non-empty list of distinct ``torch.device`` objects whose
-        ``type`` is :attr:`device_type`, in the order requested (ACC-4).
+        The result **must** be a non-empty list of ``torch.device`` objects whose ``type`` is
+        :attr:`device_type`, one per requested device, in the order requested. They **must**
+        be distinct, except for a device type whose processes share one device (``"cpu"``),
+        which returns *n* equal ``torch.device("cpu")``, one per process (ACC-4).
 
         **Must** raise :class:`~trainspec.ConfigurationError` naming the valid range for zero
         devices, negative counts other than ``-1``, booleans, duplicate or malformed indices and
