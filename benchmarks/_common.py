@@ -1,0 +1,110 @@
+"""Shared measurement helpers: interleaved repetitions, medians, paired ratios, peak RSS.
+
+Every benchmark measures its variants side by side in one run: repetition *i* of every variant
+runs before repetition *i+1* of any, so machine drift hits all variants alike, and ratios are
+taken per repetition (paired) before the median.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "Measurement",
+    "interleaved",
+    "machine_description",
+    "markdown_table",
+    "peak_rss_mib",
+    "run_json_subprocess",
+]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Per-repetition samples (seconds per unit) of one variant."""
+
+    name: str
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    def paired_ratio(self, baseline: Measurement) -> float:
+        """Median of the per-repetition ratios self/baseline."""
+        return statistics.median(a / b for a, b in zip(self.samples, baseline.samples))
+
+
+def interleaved(
+    variants: Mapping[str, Callable[[], float]], repetitions: int, warmup: int = 1
+) -> dict[str, Measurement]:
+    """Run each variant ``warmup`` times, then ``repetitions`` rounds of all variants.
+
+    A variant returns the seconds per unit it measured (e.g. per step).
+    """
+    for _ in range(warmup):
+        for fn in variants.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    order = list(variants)
+    for rep in range(repetitions):
+        # Rotate the order so no variant always runs first (cache/thermal position effects).
+        rotated = order[rep % len(order) :] + order[: rep % len(order)]
+        for name in rotated:
+            samples[name].append(variants[name]())
+    return {name: Measurement(name, tuple(values)) for name, values in samples.items()}
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process in MiB (Linux: ru_maxrss is in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def run_json_subprocess(args: Sequence[str], env: Mapping[str, str] | None = None) -> object:
+    """Run ``python args...`` and parse the last stdout line as JSON."""
+    out = subprocess.run(
+        [sys.executable, *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def machine_description() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (
+        f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"torch {torch.__version__}, torch threads {torch.get_num_threads()}"
+    )
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        lines.append("| " + " | ".join(str(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+def timer() -> float:
+    return time.perf_counter()
