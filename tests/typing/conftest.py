@@ -1,0 +1,3 @@
+"""The case files under ``cases/`` are inputs for the type checkers, never tests to collect."""
+
+collect_ignore_glob = ["cases/*"]
