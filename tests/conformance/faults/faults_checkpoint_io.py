@@ -1,0 +1,557 @@
+"""Fault-seeded checkpoint IOs: each subclasses a correct IO and breaks exactly one rule;
+``clause`` names the clause, ``rejected_by`` the check that must reject it and
+``capabilities`` what the fault declares.
+
+Baselines: the reference ``TorchCheckpointIO``, ``MemoryCheckpointIO`` and
+``SafetensorsCheckpointIO``, and :class:`MiniAsyncCheckpointIO`, a small correct asynchronous IO
+whose steps (snapshot, write, error hand-over, waiting) are separate methods, so that each
+asynchronous fault overrides one of them. Its ``write_delay_s`` simulates slow storage: a
+fault that races with the caller (no snapshot, a load that does not wait) then loses the race
+every time instead of by chance.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from trainspec.checkpoint_io import AsyncCheckpointIO, CheckpointIO
+from trainspec.errors import CheckpointWriteError, LifecycleError
+from trainspec.reference.checkpoint_io import (
+    MemoryCheckpointIO,
+    SafetensorsCheckpointIO,
+    TorchCheckpointIO,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from trainspec.types import Checkpoint, MapLocation, PathLike, StorageOptions
+
+FULL: frozenset[str] = frozenset(
+    {"local_paths", "fsspec_urls", "python_objects", "strided_tensors", "shared_storage", "pickle"}
+)
+"""What TorchCheckpointIO declares."""
+MEMORY: frozenset[str] = frozenset(
+    {"python_objects", "strided_tensors", "shared_storage", "pickle"}
+)
+"""What MemoryCheckpointIO declares: no paths other instances see."""
+FLAT: frozenset[str] = frozenset({"local_paths", "fsspec_urls"})
+"""What SafetensorsCheckpointIO declares: flat dicts of contiguous tensors."""
+ASYNC: frozenset[str] = FULL | {"async"}
+"""What the asynchronous IOs over TorchCheckpointIO declare."""
+
+SLOW_WRITE_S = 0.1
+"""The write delay of the racing asynchronous faults."""
+
+
+class MiniAsyncCheckpointIO(AsyncCheckpointIO):
+    """A correct asynchronous IO: one worker thread, deep-copy snapshots, per-path waiting.
+
+    ``write_delay_s`` sleeps before every background write (slow storage).
+    """
+
+    def __init__(self, inner: CheckpointIO | None = None, *, write_delay_s: float = 0.0) -> None:
+        self.inner: CheckpointIO = TorchCheckpointIO() if inner is None else inner
+        self.write_delay_s = write_delay_s
+        self.lock = threading.Lock()
+        self.executor: ThreadPoolExecutor | None = None
+        self.pending: list[tuple[str, Future[None]]] = []
+        self.errors: list[BaseException] = []
+        self.closed = False
+
+    @staticmethod
+    def key(path: PathLike) -> str:
+        text = os.fspath(path)
+        return text if "://" in text else os.path.abspath(text)
+
+    # The steps a fault overrides -------------------------------------------------------------
+
+    def snapshot(self, checkpoint: Checkpoint) -> Checkpoint:
+        return copy.deepcopy(checkpoint)
+
+    def write(self, checkpoint: Checkpoint, path: PathLike, options: StorageOptions) -> None:
+        if self.write_delay_s:
+            time.sleep(self.write_delay_s)
+        self.inner.save_checkpoint(checkpoint, path, options)
+
+    def record_error(self, error: BaseException) -> None:
+        with self.lock:
+            self.errors.append(error)
+
+    def raise_error(self) -> None:
+        with self.lock:
+            if not self.errors:
+                return
+            first = self.errors[0]
+            self.errors.clear()
+        raise first
+
+    def wait_for(self, key: str | None) -> None:
+        with self.lock:
+            futures = [f for k, f in self.pending if key is None or k == key]
+        for future in futures:
+            future.result()
+        with self.lock:
+            self.pending = [(k, f) for k, f in self.pending if not f.done()]
+
+    # The protocol ----------------------------------------------------------------------------
+
+    def _run(self, checkpoint: Checkpoint, path: PathLike, options: StorageOptions) -> None:
+        try:
+            self.write(checkpoint, path, options)
+        except BaseException as exc:  # handed to the caller by the next call (ACKPT-2)
+            self.record_error(exc)
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        self.raise_error()
+        snap = self.snapshot(checkpoint)
+        options = dict(storage_options) if storage_options is not None else None
+        with self.lock:
+            self.closed = False
+            if self.executor is None:
+                self.executor = ThreadPoolExecutor(1, thread_name_prefix="mini-async-ckpt")
+            future = self.executor.submit(self._run, snap, path, options)
+            self.pending.append((self.key(path), future))
+
+    def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
+        self.wait_for(self.key(path))
+        self.raise_error()
+        return self.inner.load_checkpoint(path, map_location)
+
+    def remove_checkpoint(self, path: PathLike) -> None:
+        self.wait_for(self.key(path))
+        self.raise_error()
+        self.inner.remove_checkpoint(path)
+
+    def wait(self) -> None:
+        self.wait_for(None)
+        self.raise_error()
+
+    def teardown(self) -> None:
+        self.wait_for(None)
+        with self.lock:
+            executor, self.executor = self.executor, None
+            self.closed = True
+        if executor is not None:
+            executor.shutdown(wait=True)
+        self.inner.teardown()
+        self.raise_error()
+
+
+def _map_tensors(value: object, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """A copy of ``value``'s containers with ``fn`` applied to every tensor."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: _map_tensors(v, fn) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_tensors(v, fn) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_map_tensors(v, fn) for v in value)
+    return value
+
+
+class _TorchFault(TorchCheckpointIO):
+    clause: ClassVar[str]
+    rejected_by: ClassVar[str]
+    capabilities: ClassVar[frozenset[str]] = FULL
+
+
+# --------------------------------------------------------------------------- CKPT-1
+
+
+class DropsDtypesTorchIO(_TorchFault):
+    """Saves every floating-point tensor as float32."""
+
+    clause = "CKPT-1"
+    rejected_by = "check_checkpoint_io_round_trips_every_dtype"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        converted = _map_tensors(checkpoint, lambda t: t.float() if t.is_floating_point() else t)
+        super().save_checkpoint(converted, path, storage_options)
+
+
+class ClonesTensorsTorchIO(_TorchFault):
+    """Clones every tensor before saving: views no longer share storage."""
+
+    clause = "CKPT-1"
+    rejected_by = "check_checkpoint_io_preserves_storage_sharing"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        super().save_checkpoint(_map_tensors(checkpoint, torch.clone), path, storage_options)
+
+
+class ContiguousTorchIO(_TorchFault):
+    """Makes every tensor contiguous before saving: strides are lost."""
+
+    clause = "CKPT-1"
+    rejected_by = "check_checkpoint_io_preserves_strides"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        contiguous = _map_tensors(checkpoint, lambda t: t.contiguous())
+        super().save_checkpoint(contiguous, path, storage_options)
+
+
+def _tuples_to_lists(value: object) -> Any:
+    if isinstance(value, dict):
+        return {k: _tuples_to_lists(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_tuples_to_lists(v) for v in value]
+    return value
+
+
+class TuplesAsListsTorchIO(_TorchFault):
+    """Stores tuples as lists (a JSON-minded encoder)."""
+
+    clause = "CKPT-1"
+    rejected_by = "check_checkpoint_io_round_trips_python_values"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        super().save_checkpoint(_tuples_to_lists(checkpoint), path, storage_options)
+
+
+class ReferenceKeepingMemoryIO(MemoryCheckpointIO):
+    """Keeps the saved dict itself and returns it from every load."""
+
+    clause: ClassVar[str] = "CKPT-1"
+    rejected_by: ClassVar[str] = "check_checkpoint_io_saved_checkpoint_is_independent_of_mutation"
+    capabilities: ClassVar[frozenset[str]] = MEMORY
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.objects: dict[str, Checkpoint] = {}
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        super().save_checkpoint(checkpoint, path, storage_options)  # validation and errors
+        self.objects[os.fspath(path)] = checkpoint
+
+    def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
+        super().load_checkpoint(path, map_location)  # errors
+        return self.objects[os.fspath(path)]
+
+
+class DropsNonTensorsSafetensorsIO(SafetensorsCheckpointIO):
+    """A flat-tensor IO that silently drops non-tensor values instead of raising TypeError."""
+
+    clause: ClassVar[str] = "CKPT-1"
+    rejected_by: ClassVar[str] = "check_checkpoint_io_rejects_values_outside_its_declared_set"
+    capabilities: ClassVar[frozenset[str]] = FLAT
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        tensors = {k: v for k, v in checkpoint.items() if isinstance(v, torch.Tensor)}
+        super().save_checkpoint(tensors, path, storage_options)
+
+
+# --------------------------------------------------------------------------- CKPT-2 ... CKPT-6
+
+
+class NoParentsTorchIO(_TorchFault):
+    """Refuses to save when the parent directory does not exist yet."""
+
+    clause = "CKPT-2"
+    rejected_by = "check_checkpoint_io_save_creates_missing_parent_directories"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        parent = os.path.dirname(os.fspath(path))
+        if not os.path.isdir(parent):
+            raise CheckpointWriteError(f"directory {parent} does not exist")
+        super().save_checkpoint(checkpoint, path, storage_options)
+
+
+class InPlaceTorchIO(_TorchFault):
+    """Writes with torch.save straight onto the target path (not atomic)."""
+
+    clause = "CKPT-3"
+    rejected_by = "check_checkpoint_io_failed_save_leaves_previous_checkpoint_intact"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        if storage_options:
+            raise TypeError(f"unsupported storage_options {sorted(storage_options)}")
+        target = os.fspath(path)
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        try:
+            torch.save(checkpoint, target)
+        except OSError as exc:
+            raise CheckpointWriteError(f"cannot write {target}: {exc}") from exc
+
+
+class BackupLeavingTorchIO(_TorchFault):
+    """Copies the previous checkpoint to "<path>.bak" before each save and never removes it."""
+
+    clause = "CKPT-3"
+    rejected_by = "check_checkpoint_io_save_leaves_no_temporary_files"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        target = os.fspath(path)
+        if os.path.isfile(target):
+            shutil.copyfile(target, target + ".bak")
+        super().save_checkpoint(checkpoint, path, storage_options)
+
+
+class MutatingTorchIO(_TorchFault):
+    """Replaces the caller's tensors with detached copies, in the caller's dict."""
+
+    clause = "CKPT-4"
+    rejected_by = "check_checkpoint_io_save_does_not_mutate_its_input"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        for key, value in checkpoint.items():
+            if isinstance(value, torch.Tensor):
+                checkpoint[key] = value.detach()
+        super().save_checkpoint(checkpoint, path, storage_options)
+
+
+class IgnoresStorageOptionsTorchIO(_TorchFault):
+    """Silently ignores storage_options it does not understand."""
+
+    clause = "CKPT-5"
+    rejected_by = "check_checkpoint_io_rejects_unknown_storage_options"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        super().save_checkpoint(checkpoint, path, None)
+
+
+class RawOSErrorTorchIO(_TorchFault):
+    """Creates the parent directory itself and lets the raw OSError escape."""
+
+    clause = "CKPT-6"
+    rejected_by = "check_checkpoint_io_refused_write_raises_checkpoint_write_error"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        os.makedirs(os.path.dirname(os.fspath(path)), exist_ok=True)
+        super().save_checkpoint(checkpoint, path, storage_options)
+
+
+# --------------------------------------------------------------------------- CKPT-7 ... CKPT-12
+
+
+class IgnoresMapLocationTorchIO(_TorchFault):
+    """Loads every tensor where it was saved, whatever map_location says."""
+
+    clause = "CKPT-7"
+    rejected_by = "check_checkpoint_io_load_places_tensors_by_map_location"
+
+    def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
+        return super().load_checkpoint(path, None)
+
+
+class TrustingTorchIO(_TorchFault):
+    """Loads full pickles by default (weights_only=False)."""
+
+    clause = "CKPT-8"
+    rejected_by = "check_checkpoint_io_refuses_unsafe_content_by_default"
+
+    def __init__(self) -> None:
+        super().__init__(weights_only=False)
+
+
+class RawFileNotFoundTorchIO(_TorchFault):
+    """Raises the builtin FileNotFoundError for a missing path."""
+
+    clause = "CKPT-9"
+    rejected_by = "check_checkpoint_io_missing_path_raises_not_found"
+
+    def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
+        if not os.path.exists(os.fspath(path)):
+            raise FileNotFoundError(os.fspath(path))
+        return super().load_checkpoint(path, map_location)
+
+
+class RawDecodeErrorTorchIO(_TorchFault):
+    """Calls torch.load directly: damaged files raise torch's and pickle's errors."""
+
+    clause = "CKPT-10"
+    rejected_by = "check_checkpoint_io_corrupted_file_raises_corrupted_error"
+
+    def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
+        target = os.fspath(path)
+        if os.path.isfile(target):
+            loaded: Checkpoint = torch.load(target, map_location=None, weights_only=True)
+            return loaded
+        return super().load_checkpoint(path, map_location)
+
+
+class StrictRemoveTorchIO(_TorchFault):
+    """remove_checkpoint is os.remove: a second removal raises FileNotFoundError."""
+
+    clause = "CKPT-11"
+    rejected_by = "check_checkpoint_io_remove_is_idempotent"
+
+    def remove_checkpoint(self, path: PathLike) -> None:
+        os.remove(os.fspath(path))
+
+
+class ClosedAfterTeardownTorchIO(_TorchFault):
+    """After teardown, every save raises LifecycleError."""
+
+    clause = "CKPT-12"
+    rejected_by = "check_checkpoint_io_teardown_is_idempotent_and_reusable"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        if self.closed:
+            raise LifecycleError("this checkpoint IO was torn down")
+        super().save_checkpoint(checkpoint, path, storage_options)
+
+    def teardown(self) -> None:
+        self.closed = True
+
+
+# --------------------------------------------------------------------------- ACKPT-1 ... ACKPT-5
+
+
+class _AsyncFault(MiniAsyncCheckpointIO):
+    clause: ClassVar[str]
+    rejected_by: ClassVar[str]
+    capabilities: ClassVar[frozenset[str]] = ASYNC
+
+    def __init__(self) -> None:
+        super().__init__(write_delay_s=SLOW_WRITE_S)
+
+
+class NoSnapshotAsyncIO(_AsyncFault):
+    """Queues the caller's checkpoint itself: later mutations reach the file."""
+
+    clause = "ACKPT-1"
+    rejected_by = "check_async_checkpoint_io_snapshots_at_save_time"
+
+    def snapshot(self, checkpoint: Checkpoint) -> Checkpoint:
+        return checkpoint
+
+
+class SwallowingAsyncIO(_AsyncFault):
+    """Drops background errors."""
+
+    clause = "ACKPT-2"
+    rejected_by = "check_async_checkpoint_io_surfaces_background_errors"
+
+    def record_error(self, error: BaseException) -> None:
+        return None
+
+
+class LoadDoesNotWaitAsyncIO(_AsyncFault):
+    """Loads and removes without waiting for pending saves of the path."""
+
+    clause = "ACKPT-3"
+    rejected_by = "check_async_checkpoint_io_load_and_remove_wait_for_pending_save"
+
+    def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
+        self.raise_error()
+        return self.inner.load_checkpoint(path, map_location)
+
+    def remove_checkpoint(self, path: PathLike) -> None:
+        self.raise_error()
+        self.inner.remove_checkpoint(path)
+
+
+class TeardownDropsPendingAsyncIO(_AsyncFault):
+    """teardown returns at once and drops the saves that have not been written yet."""
+
+    clause = "ACKPT-4"
+    rejected_by = "check_async_checkpoint_io_teardown_waits_for_pending_saves"
+
+    def write(self, checkpoint: Checkpoint, path: PathLike, options: StorageOptions) -> None:
+        time.sleep(self.write_delay_s)
+        if not self.closed:
+            self.inner.save_checkpoint(checkpoint, path, options)
+
+    def teardown(self) -> None:
+        with self.lock:
+            executor, self.executor = self.executor, None
+            self.closed = True
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+        self.inner.teardown()
+
+
+class WaitDoesNotWaitAsyncIO(_AsyncFault):
+    """wait() only reports errors; it does not wait for pending saves."""
+
+    clause = "ACKPT-5"
+    rejected_by = "check_async_checkpoint_io_wait_completes_every_pending_save"
+
+    def wait(self) -> None:
+        self.raise_error()
+
+
+class RepeatsErrorAsyncIO(_AsyncFault):
+    """A background error is raised again by every later call."""
+
+    clause = "ACKPT-5"
+    rejected_by = "check_async_checkpoint_io_wait_raises_a_background_error_once"
+
+    def raise_error(self) -> None:
+        with self.lock:
+            if not self.errors:
+                return
+            first = self.errors[0]
+        raise first
+
+
+FAULTS: tuple[type[CheckpointIO], ...] = (
+    DropsDtypesTorchIO,
+    ClonesTensorsTorchIO,
+    ContiguousTorchIO,
+    TuplesAsListsTorchIO,
+    ReferenceKeepingMemoryIO,
+    DropsNonTensorsSafetensorsIO,
+    NoParentsTorchIO,
+    InPlaceTorchIO,
+    BackupLeavingTorchIO,
+    MutatingTorchIO,
+    IgnoresStorageOptionsTorchIO,
+    RawOSErrorTorchIO,
+    IgnoresMapLocationTorchIO,
+    TrustingTorchIO,
+    RawFileNotFoundTorchIO,
+    RawDecodeErrorTorchIO,
+    StrictRemoveTorchIO,
+    ClosedAfterTeardownTorchIO,
+    NoSnapshotAsyncIO,
+    SwallowingAsyncIO,
+    LoadDoesNotWaitAsyncIO,
+    TeardownDropsPendingAsyncIO,
+    WaitDoesNotWaitAsyncIO,
+    RepeatsErrorAsyncIO,
+)
+"""Every fault-seeded checkpoint IO; ``clause`` / ``rejected_by`` / ``capabilities`` say how
+it must be rejected."""
