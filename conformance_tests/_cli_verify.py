@@ -1,0 +1,247 @@
+"""``trainspec verify``: run the conformance kit from the command line.
+
+::
+
+    trainspec verify KIND TARGET [options]   one implementation (TARGET is module:attribute)
+    trainspec verify KIND                    the built-in reference implementations of KIND
+    trainspec verify                         every built-in reference implementation
+
+Exit status: 0 every target conforms, 1 a conformance failure, 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from trainspec import ConfigurationError
+from trainspec.conformance._cli_common import Command, UsageError, make_console
+from trainspec.conformance.core import KINDS, LAYERS
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+
+    from trainspec.conformance.report import Report
+
+__all__ = ["COMMAND"]
+
+_DESCRIPTION = """\
+Verify a plugin against its protocol: the structure layer (members and signatures), then the
+behaviour checks of its kind, with a table on standard output and optional JSON and JUnit
+reports.
+
+TARGET is 'package.module:attribute' naming a zero-argument factory (usually the class) that
+returns a fresh instance, or a trainspec.conformance.Target object (which carries its own
+capabilities, expected failures and options; the options below add to them).
+
+Without TARGET, verifies the built-in reference implementations (of KIND, or of every kind);
+one whose module cannot be imported on this machine is reported as skipped.
+
+Exit status: 0 all conform, 1 a conformance failure, 2 a usage error.
+"""
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "kind",
+        nargs="?",
+        metavar="KIND",
+        help=f"the protocol the target implements: {', '.join(KINDS)}",
+    )
+    parser.add_argument(
+        "target",
+        nargs="?",
+        metavar="TARGET",
+        help="module:attribute of a factory or a trainspec.conformance.Target",
+    )
+    parser.add_argument(
+        "--capability",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="declare an optional capability of the target (repeatable; unknown names are "
+        "an error that lists the kind's capabilities)",
+    )
+    parser.add_argument(
+        "--xfail",
+        action="append",
+        default=[],
+        metavar="ID=REASON",
+        help="expect the clause or check ID to fail, for REASON (repeatable); a declared "
+        "failure that passes fails the run",
+    )
+    parser.add_argument(
+        "--select",
+        action="append",
+        default=[],
+        metavar="ID[,ID...]",
+        help="run only the checks with these clause IDs or check names (repeatable); the "
+        "structure layer always runs",
+    )
+    parser.add_argument(
+        "--layer",
+        action="append",
+        default=[],
+        choices=[layer for layer in LAYERS if layer != "structure"],
+        help="run only these layers after the structure layer (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a kind-specific target option, passed as a string (repeatable)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="fail a check that runs longer than this (default 300; 0 disables the watchdog)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="write the JSON report to PATH")
+    parser.add_argument("--junit", metavar="PATH", help="write a JUnit XML report to PATH")
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="list only results that fail the run, then the summary",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="list every result even when verifying several targets",
+    )
+
+
+def _pairs(values: Sequence[str], flag: str, what: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep or not key.strip() or not rest.strip():
+            raise UsageError(f"{flag} takes {what}; got {value!r}")
+        pairs[key.strip()] = rest.strip()
+    return pairs
+
+
+def _run(args: argparse.Namespace) -> int:
+    # Imported here: building the parser for --help must not import the runner's dependencies.
+    from trainspec.conformance.report import Report
+    from trainspec.conformance.runner import TargetSession, load_target
+
+    report: Report
+
+    kind: str | None = args.kind
+    if kind is not None and kind not in KINDS:
+        raise UsageError(f"unknown kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+    xfails = _pairs(args.xfail, "--xfail", "ID=REASON (a reason is required)")
+    options: dict[str, object] = dict(_pairs(args.option, "--option", "KEY=VALUE"))
+    select = [s.strip() for value in args.select for s in value.split(",") if s.strip()]
+    layers = ["structure", *args.layer] if args.layer else None
+    timeout = None if args.timeout == 0 else args.timeout
+    if timeout is not None and timeout < 0:
+        raise UsageError(f"--timeout must be >= 0 seconds; got {args.timeout:g}")
+    console = make_console()
+
+    if args.target is None:
+        given = [
+            flag
+            for flag, value in (
+                ("--capability", args.capability),
+                ("--xfail", args.xfail),
+                ("--select", args.select),
+                ("--option", args.option),
+            )
+            if value
+        ]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} need a TARGET (they describe one implementation); "
+                "usage: trainspec verify KIND TARGET [options]"
+            )
+        report = _run_builtin(kind, layers, timeout, quiet=args.quiet)
+        report.render(console, quiet=args.quiet or not args.verbose)
+    else:
+        assert kind is not None  # argparse fills KIND before TARGET
+        if os.getcwd() not in sys.path:  # `trainspec` is a script: find the user's modules
+            sys.path.insert(0, os.getcwd())
+        target = load_target(
+            kind,
+            args.target,
+            capabilities=args.capability,
+            expected_failures=xfails,
+            options=options,
+        )
+        session = TargetSession(target, layers=layers, select=select or None, timeout_s=timeout)
+        if not args.quiet:
+            console.print(f"[dim]verifying {kind} {session.name} ...[/dim]")
+        report = Report(targets=(session.report(),))
+        report.render(console, quiet=args.quiet)
+    _write_outputs(report, args.json, args.junit)
+    return 0 if report.ok else 1
+
+
+def _run_builtin(
+    kind: str | None, layers: list[str] | None, timeout: float | None, *, quiet: bool
+) -> Report:
+    from trainspec.conformance.builtin_targets import builtin_targets
+    from trainspec.conformance.report import Report, TargetReport
+    from trainspec.conformance.runner import TargetSession
+
+    console = make_console()
+    targets: list[TargetReport] = []
+    entries = builtin_targets(kind)
+    if not entries:
+        raise UsageError(
+            f"there is no built-in {kind} target to verify; give one: trainspec verify "
+            f"{kind} package.module:Factory"
+        )
+    for entry in entries:
+        try:
+            target = entry.load()
+        except ConfigurationError as error:
+            targets.append(
+                TargetReport(kind=entry.kind, name=entry.name, skipped=_one_line(str(error)))
+            )
+            continue
+        if not quiet:
+            console.print(f"[dim]verifying {entry.kind} {entry.name} ...[/dim]")
+        try:
+            session = TargetSession(target, layers=layers, timeout_s=timeout)
+        except ConfigurationError as error:  # a bad row in the table: a failure, not usage
+            targets.append(
+                TargetReport(
+                    kind=entry.kind,
+                    name=entry.name,
+                    problems=(f"built-in target is misconfigured: {error}",),
+                )
+            )
+            continue
+        targets.append(session.report())
+    return Report(targets=tuple(targets))
+
+
+def _write_outputs(report: Report, json_path: str | None, junit_path: str | None) -> None:
+    try:
+        if json_path:
+            report.write_json(json_path)
+        if junit_path:
+            report.write_junit(junit_path)
+    except OSError as error:
+        raise UsageError(f"cannot write the report: {error}") from error
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+COMMAND = Command(
+    name="verify",
+    help="verify a plugin (or the built-in reference implementations) against the spec",
+    description=_DESCRIPTION,
+    configure=_configure,
+    run=_run,
+)

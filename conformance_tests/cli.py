@@ -1,0 +1,103 @@
+"""The ``trainspec`` command line (console script ``trainspec = trainspec.conformance.cli:main``).
+
+Subcommands are modules listed in :data:`COMMAND_MODULES`, each defining
+``COMMAND: Command`` (see :mod:`trainspec.conformance._cli_common`); adding a subcommand is
+adding its module to the table. Exit status: 0 success, 1 failure (for ``verify``: a target
+does not conform), 2 a usage error, reported as one line on standard error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Final
+
+import trainspec
+from trainspec import ConfigurationError
+from trainspec.conformance._cli_common import Command, OneLineArgumentParser, UsageError
+
+__all__ = ["COMMAND_MODULES", "build_parser", "commands", "main"]
+
+COMMAND_MODULES: Final[tuple[str, ...]] = (
+    "trainspec.conformance._cli_verify",
+    "trainspec.conformance._cli_list",
+    "trainspec.conformance._cli_demo",
+)
+"""The modules that define the subcommands, in ``--help`` order."""
+
+
+def commands() -> list[Command]:
+    """Every subcommand, in :data:`COMMAND_MODULES` order.
+
+    A module that cannot be imported costs only its own subcommand: it is left out with a
+    one-line warning on standard error, so ``trainspec verify`` keeps working.
+    """
+    found: list[Command] = []
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except Exception as error:
+            print(
+                f"trainspec: warning: subcommand module {name} is broken and left out: "
+                f"{type(error).__name__}: {error}",
+                file=sys.stderr,
+            )
+            continue
+        command = getattr(module, "COMMAND", None)
+        if not isinstance(command, Command):
+            raise TypeError(f"{name} must define COMMAND = Command(...)")
+        found.append(command)
+    return found
+
+
+def build_parser() -> OneLineArgumentParser:
+    """The ``trainspec`` argument parser with every subcommand."""
+    import argparse
+
+    parser = OneLineArgumentParser(
+        prog="trainspec",
+        description="trainspec: the specification, reference implementations and conformance "
+        "kit for PyTorch training plugins.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"trainspec {trainspec.__version__} (spec {trainspec.SPEC_VERSION})",
+    )
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=OneLineArgumentParser
+    )
+    for command in commands():
+        child = sub.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.configure(child)
+        child.set_defaults(_command=command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``trainspec`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    parser = build_parser()
+    prog = "trainspec"
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        command = getattr(args, "_command", None)
+        if not isinstance(command, Command):
+            parser.print_help(sys.stderr)
+            return 2
+        prog = f"trainspec {command.name}"
+        return command.run(args)
+    except SystemExit as exit_:  # --help and --version exit through argparse
+        code = exit_.code
+        return code if isinstance(code, int) else (0 if code is None else 2)
+    except (UsageError, ConfigurationError) as error:
+        print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""`trainspec verify`: exit codes 0/1/2, one-line usage errors, report files, matrix mode."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from trainspec.conformance import builtin_targets
+from trainspec.conformance.builtin_targets import BuiltinTarget
+from trainspec.conformance.cli import main
+from trainspec.conformance.report import json_schema
+
+MODULE = textwrap.dedent(
+    """
+    from trainspec.conformance import Target
+
+    class GoodEnv:
+        def detect(self): return True
+        creates_processes_externally = False
+        main_address = "127.0.0.1"
+        main_port = 29500
+        world_size = 1
+        global_rank = 0
+        local_rank = 0
+        node_rank = 0
+        def validate(self): pass
+        def teardown(self): pass
+
+    def make_env():
+        return GoodEnv()
+
+    def needs_argument(x):
+        return GoodEnv()
+
+    DECLARED = Target("cluster_environment", GoodEnv, name="declared", capabilities={"extra"})
+    NOT_A_FACTORY = 42
+    """
+)
+
+
+@pytest.fixture
+def plugin_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An importable module ``cli_plugin_mod`` holding targets; returns its name."""
+    (tmp_path / "cli_plugin_mod.py").write_text(MODULE, encoding="utf-8")
+    (tmp_path / "cli_broken_mod.py").write_text("raise RuntimeError('boom at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return "cli_plugin_mod"
+
+
+def _one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_conforming_target_exits_0(
+    fake_checks: Any, plugin_module: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_checks.add("ENV-1", name="check_env_one")
+
+    code = main(["verify", "cluster_environment", f"{plugin_module}:GoodEnv"])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "check_env_one" in out
+    assert "PASSED" in out
+
+
+def test_failing_target_exits_1(
+    fake_checks: Any, plugin_module: str, failing: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_checks.add("ENV-1", name="check_env_one", body=failing("ENV-1"))
+
+    code = main(["verify", "cluster_environment", f"{plugin_module}:make_env", "--quiet"])
+
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "check_env_one" in out
+    assert "FAILED" in out
+
+
+def test_xfail_and_select_options(
+    fake_checks: Any, plugin_module: str, failing: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_checks.add("ENV-1", name="check_env_one", body=failing("ENV-1"))
+    fake_checks.add("ENV-2", name="check_env_two", body=failing("ENV-2"))
+    target = f"{plugin_module}:GoodEnv"
+
+    assert main(["verify", "cluster_environment", target, "--xfail", "ENV-1=known bug"]) == 1
+    assert (
+        main(
+            ["verify", "cluster_environment", target, "--xfail", "ENV-1=known", "--select", "ENV-1"]
+        )
+        == 0
+    )
+    assert "xfailed" in capsys.readouterr().out
+
+
+def test_a_target_object_carries_its_capabilities(
+    fake_checks: Any, plugin_module: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_checks.add("ENV-1", name="check_env_needs_extra", requires=("extra",))
+
+    declared = main(["verify", "cluster_environment", f"{plugin_module}:DECLARED"])
+    undeclared = main(["verify", "cluster_environment", f"{plugin_module}:GoodEnv"])
+    flagged = main(
+        ["verify", "cluster_environment", f"{plugin_module}:GoodEnv", "--capability", "extra"]
+    )
+
+    assert (declared, undeclared, flagged) == (0, 1, 0)  # all skipped is a failure
+    assert "declared" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["verify", "gpu", "m:x"], "unknown kind 'gpu'; valid kinds: accelerator, precision"),
+        (["verify", "cluster_environment", "no_such_module_xyz:X"], "cannot import module"),
+        (["verify", "cluster_environment", "cli_broken_mod:X"], "RuntimeError: boom at import"),
+        (["verify", "cluster_environment", "cli_plugin_mod:Missing"], "no attribute 'Missing'"),
+        (["verify", "cluster_environment", "cli_plugin_mod"], "must be 'package.module:attribute'"),
+        (["verify", "cluster_environment", "cli_plugin_mod:NOT_A_FACTORY"], "zero-argument"),
+        (
+            ["verify", "cluster_environment", "cli_plugin_mod:GoodEnv", "--xfail", "ENV-1"],
+            "a reason is required",
+        ),
+        (
+            ["verify", "cluster_environment", "cli_plugin_mod:GoodEnv", "--xfail", "ENV-77=r"],
+            "unknown clause or check ID 'ENV-77'",
+        ),
+        (
+            ["verify", "cluster_environment", "cli_plugin_mod:GoodEnv", "--capability", "turbo"],
+            "valid capabilities: extra",
+        ),
+        (
+            ["verify", "cluster_environment", "cli_plugin_mod:GoodEnv", "--bogus"],
+            "unrecognized arguments: --bogus",
+        ),
+        (["verify", "--xfail", "ENV-1=r"], "need a TARGET"),
+        (["verify", "launcher"], "no built-in launcher target"),
+        (["frobnicate"], "invalid choice"),
+        (
+            ["verify", "cluster_environment", "cli_plugin_mod:GoodEnv", "--timeout", "-1"],
+            "--timeout",
+        ),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(
+    fake_checks: Any,
+    plugin_module: str,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    fragment: str,
+) -> None:
+    fake_checks.add("ENV-1", name="check_env_one")
+
+    code = main(argv)
+
+    line = _one_line_error(capsys.readouterr().err)
+    assert code == 2
+    assert line.startswith("trainspec")
+    assert ": error: " in line
+    assert fragment in line
+
+
+def test_a_factory_needing_arguments_fails_the_structure_layer(
+    fake_checks: Any, plugin_module: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_checks.add("ENV-1", name="check_env_one")
+
+    code = main(["verify", "cluster_environment", f"{plugin_module}:needs_argument"])
+
+    assert code == 1
+    assert "structure:factory" in capsys.readouterr().out
+
+
+def test_help_describes_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    top = capsys.readouterr().out
+    assert main(["verify", "--help"]) == 0
+    verify_help = capsys.readouterr().out
+
+    assert "verify" in top
+    assert main([]) == 2  # no command: the help, on standard error
+    assert "COMMAND" in capsys.readouterr().err
+    for option in (
+        "--capability",
+        "--xfail",
+        "--select",
+        "--json",
+        "--junit",
+        "--quiet",
+        "--timeout",
+    ):
+        assert option in verify_help
+    assert "Exit status: 0" in verify_help
+
+
+def test_json_and_junit_reports_are_written(
+    fake_checks: Any, plugin_module: str, tmp_path: Path, failing: Any
+) -> None:
+    fake_checks.add("ENV-1", name="check_env_one")
+    fake_checks.add("ENV-2", name="check_env_two", body=failing("ENV-2"))
+    json_path = tmp_path / "reports" / "out.json"
+    junit_path = tmp_path / "reports" / "junit.xml"
+
+    code = main(
+        [
+            "verify",
+            "cluster_environment",
+            f"{plugin_module}:GoodEnv",
+            "--json",
+            str(json_path),
+            "--junit",
+            str(junit_path),
+            "-q",
+        ]
+    )
+
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator(json_schema()).validate(data)
+    suite = ET.parse(junit_path).getroot().find("testsuite")
+    assert code == 1
+    assert data["ok"] is False
+    assert data["targets"][0]["name"] == f"{plugin_module}:GoodEnv"
+    assert suite is not None and suite.get("failures") == "1"
+
+
+def test_matrix_mode_runs_builtin_targets_and_skips_unimportable_ones(
+    fake_checks: Any,
+    plugin_module: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    fake_checks.add("ENV-1", name="check_env_one")
+    monkeypatch.setattr(
+        builtin_targets,
+        "BUILTIN_TARGETS",
+        (
+            BuiltinTarget("cluster_environment", "good", f"{plugin_module}:GoodEnv"),
+            BuiltinTarget("cluster_environment", "absent", "no_such_backend_xyz:Env"),
+            BuiltinTarget("accelerator", "other-kind", "no_such_backend_xyz:Acc"),
+        ),
+    )
+    json_path = tmp_path / "matrix.json"
+
+    code = main(["verify", "cluster_environment", "--json", str(json_path)])
+
+    out = capsys.readouterr().out
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    assert code == 0
+    assert [t["name"] for t in data["targets"]] == ["good", "absent"]
+    assert data["targets"][1]["skipped"].startswith("cannot import module 'no_such_backend_xyz'")
+    assert "absent: skipped: cannot import" in out
+
+
+def test_matrix_mode_fails_when_a_builtin_target_fails(
+    fake_checks: Any,
+    plugin_module: str,
+    monkeypatch: pytest.MonkeyPatch,
+    failing: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_checks.add("ENV-1", name="check_env_one", body=failing("ENV-1"))
+    monkeypatch.setattr(
+        builtin_targets,
+        "BUILTIN_TARGETS",
+        (
+            BuiltinTarget("cluster_environment", "good", f"{plugin_module}:GoodEnv"),
+            BuiltinTarget(
+                "cluster_environment", "typo", f"{plugin_module}:GoodEnv", frozenset({"turbo"})
+            ),
+        ),
+    )
+
+    code = main(["verify"])
+
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "built-in target is misconfigured" in out
+
+
+def test_builtin_table_names_known_kinds_and_module_paths() -> None:
+    from trainspec.conformance.core import KINDS
+
+    for entry in builtin_targets.BUILTIN_TARGETS:
+        assert entry.kind in KINDS
+        module, _, attr = entry.factory.partition(":")
+        assert module.startswith("trainspec.reference.") and attr
+
+
+def test_console_script_smoke() -> None:
+    script = Path(sys.executable).with_name("trainspec")
+    if not script.exists():
+        pytest.skip("the trainspec console script is not installed in this environment")
+
+    version = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, timeout=120
+    )
+    usage = subprocess.run(
+        [str(script), "verify", "no_such_kind", "x:y"], capture_output=True, text=True, timeout=120
+    )
+
+    assert version.returncode == 0
+    assert version.stdout.startswith("trainspec ")
+    assert usage.returncode == 2
+    assert "unknown kind 'no_such_kind'" in _one_line_error(usage.stderr)
+
+
+def test_builtin_rows_load_option_values_and_optional_capabilities(plugin_module: str) -> None:
+    row = BuiltinTarget(
+        "cluster_environment",
+        "row",
+        f"{plugin_module}:GoodEnv",
+        capabilities=frozenset({"base"}),
+        options={"plain": 1},
+        option_refs={"values": "string:digits", "chosen": "builtins:frozenset"},
+        optional_capabilities={"with_json": "json", "with_missing": "no_such_module_xyz"},
+    )
+
+    target = row.load()
+
+    assert target.capabilities == frozenset({"base", "with_json"})
+    assert target.options == {"plain": 1, "values": "0123456789", "chosen": frozenset}
+    assert target.name == "row"
+
+
+def test_a_broken_subcommand_module_costs_only_its_own_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainspec.conformance import cli
+
+    monkeypatch.setattr(
+        cli, "COMMAND_MODULES", ("trainspec.conformance._cli_verify", "no_such_cli_module_xyz")
+    )
+
+    code = main(["verify", "--help"])
+
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "--capability" in captured.out
+    assert "no_such_cli_module_xyz is broken and left out" in captured.err
