@@ -208,6 +208,9 @@ def _tensor_bytes(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's values as a flat uint8 tensor (bit-exact, NaN payloads included)."""
     import torch
 
+    if tensor.numel() == 0:
+        # An empty tensor may keep a non-unit stride after contiguous(); it has no bytes.
+        return torch.empty(0, dtype=torch.uint8)
     flat = tensor.detach().to("cpu").contiguous().reshape(-1)
     if flat.dtype == torch.uint8:
         return flat

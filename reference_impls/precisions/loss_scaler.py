@@ -123,6 +123,7 @@ class LossScaler:
         self._scale = state.scale  # the scale after the last update: skip detection
         self._unscaled: set[torch.optim.Optimizer] = set()
         self._steps_in_round = 0
+        self._scaled = False  # whether scale() ran since the last completed step
 
     def _new_scaler(self, state: ScalerState) -> torch.amp.GradScaler:
         scaler = torch.amp.GradScaler(
@@ -137,11 +138,16 @@ class LossScaler:
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         """``loss`` multiplied by the current scale."""
+        self._scaled = True
         return self._scaler.scale(loss)
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
-        """Divide ``optimizer``'s gradients by the scale, once per step (PREC-8)."""
-        if optimizer in self._unscaled:
+        """Divide ``optimizer``'s gradients by the scale, once per step (PREC-8).
+
+        Before any scaled backward in this step the gradients are at their true scale, so
+        there is nothing to unscale and this is a no-op.
+        """
+        if optimizer in self._unscaled or not self._scaled:
             return
         self._scaler.unscale_(optimizer)
         self._unscaled.add(optimizer)
@@ -170,6 +176,7 @@ class LossScaler:
             return bool(stepped)
         self._scaler.update()
         self._steps_in_round = 0
+        self._scaled = False
         before, self._scale = self._scale, self._scaler.get_scale()
         return stepped if stepped is not None else not self._scale < before
 
@@ -190,6 +197,7 @@ class LossScaler:
         self._scale = state.scale
         self._unscaled.clear()
         self._steps_in_round = 0
+        self._scaled = False
 
     def _recover(self) -> None:
         """After a failed step, start a clean step with the same scale state."""
