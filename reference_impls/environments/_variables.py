@@ -1,0 +1,117 @@
+"""Reading and checking environment variables for the reference cluster environments.
+
+Every reader raises :class:`~trainspec.ConfigurationError` naming the variable, the value
+found and the values allowed (ENV-5). Values are read from :data:`os.environ` at call time,
+never cached, so an environment object describes the process it is asked in (a launcher may
+set the variables after the object was built).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Final
+
+from trainspec.errors import ConfigurationError
+
+__all__ = [
+    "MAX_PORT",
+    "check_address",
+    "check_port",
+    "find_free_port",
+    "read_address",
+    "read_int",
+    "read_port",
+]
+
+MAX_PORT: Final = 65535
+
+
+def read_int(
+    name: str,
+    default: int | None = None,
+    *,
+    minimum: int = 0,
+    owner: str,
+) -> int:
+    """The integer value of variable ``name`` (``default`` when unset), ``>= minimum``.
+
+    An unset variable without a default, a non-integer value or a value below ``minimum``
+    raises :class:`~trainspec.ConfigurationError`.
+    """
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        if default is None:
+            raise ConfigurationError(
+                f"{owner}: environment variable {name} must be set to an integer >= {minimum}; "
+                "it is not set."
+            )
+        return default
+    try:
+        value = int(raw.strip(), 10)
+    except ValueError:
+        raise ConfigurationError(
+            f"{owner}: environment variable {name} must be an integer >= {minimum}; got {raw!r}."
+        ) from None
+    if value < minimum:
+        raise ConfigurationError(
+            f"{owner}: environment variable {name} must be an integer >= {minimum}; got {value}."
+        )
+    return value
+
+
+def check_port(value: object, source: str, owner: str) -> int:
+    """``value`` if it is an int in ``[1, 65535]``; otherwise
+    :class:`~trainspec.ConfigurationError` naming ``source``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PORT:
+        raise ConfigurationError(
+            f"{owner}: {source} must be a TCP port, an integer in [1, {MAX_PORT}]; got {value!r}."
+        )
+    return value
+
+
+def read_port(name: str, owner: str) -> int | None:
+    """The port in variable ``name``, or ``None`` when it is unset; a value that is not an
+    integer in ``[1, 65535]`` raises :class:`~trainspec.ConfigurationError`."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip(), 10)
+    except ValueError:
+        raise ConfigurationError(
+            f"{owner}: environment variable {name} must be a TCP port, an integer in "
+            f"[1, {MAX_PORT}]; got {raw!r}."
+        ) from None
+    return check_port(value, f"environment variable {name}", owner)
+
+
+def read_address(name: str, owner: str) -> str | None:
+    """The host in variable ``name``, or ``None`` when it is unset; an empty value or one
+    with whitespace raises :class:`~trainspec.ConfigurationError`."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return None
+    return check_address(raw, f"environment variable {name}", owner)
+
+
+def check_address(value: object, source: str, owner: str) -> str:
+    """``value`` if it is a non-empty host name or IP address without whitespace."""
+    if not isinstance(value, str) or not value or any(ch.isspace() for ch in value):
+        raise ConfigurationError(
+            f"{owner}: {source} must be a non-empty host name or IP address without "
+            f"whitespace; got {value!r}."
+        )
+    return value
+
+
+def find_free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``address`` a moment ago (the OS picks it).
+
+    Not guaranteed: another process may take the port before it is used.
+    """
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((address, 0))
+        port: int = sock.getsockname()[1]
+        return port
