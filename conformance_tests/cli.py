@@ -22,6 +22,7 @@ COMMAND_MODULES: Final[tuple[str, ...]] = (
     "trainspec.conformance._cli_verify",
     "trainspec.conformance._cli_list",
     "trainspec.conformance._cli_demo",
+    "trainspec.conformance._cli_typecheck",
 )
 """The modules that define the subcommands, in ``--help`` order."""
 

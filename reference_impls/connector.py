@@ -40,7 +40,7 @@ AUTO_ACCELERATOR_ORDER: Final[tuple[str, ...]] = ("cuda", "xla")
 """Registered accelerator names that ``accelerator="auto"`` tries first, in order.
 
 The full ``"auto"`` order is: these names; then every other registered accelerator except
-``"cpu"``, by name; then torch's current accelerator type (``torch.accelerator``, e.g.
+``"cpu"``, by name, skipping those whose device type is ``"cpu"``; then torch's current accelerator type (``torch.accelerator``, e.g.
 ``"mps"`` or ``"xpu"``) through the generic ``TorchDeviceAccelerator`` when no registered
 accelerator has that device type; then ``"cpu"``. The first one whose ``is_available()`` is
 ``True`` wins; a plugin that fails to load or to answer is skipped.
@@ -226,8 +226,11 @@ def _auto_accelerator(reg: Registry) -> Accelerator:
         candidate = _try_build(reg, name)
         if candidate is None:
             continue
-        seen_types.add(_device_type(candidate))
-        if _available(candidate):
+        device_type = _device_type(candidate)
+        seen_types.add(device_type)
+        # A CPU-type plugin is never preferred over the built-in CPU accelerator: "auto" is
+        # for finding hardware, not for picking whichever CPU plugin happens to be installed.
+        if device_type != "cpu" and _available(candidate):
             return candidate
     generic = _torch_current_accelerator(seen_types)
     if generic is not None:

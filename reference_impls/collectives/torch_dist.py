@@ -354,6 +354,7 @@ class TorchCollective(Collective):
         self._group = None
         self._owns_group = False
         if group is not None and owned and dist.is_initialized():
+            _let_workers_settle()
             dist.destroy_process_group()
 
     def _abandon(self) -> None:
@@ -363,6 +364,7 @@ class TorchCollective(Collective):
         self._group = None
         self._owns_group = False
         if dist.is_initialized():
+            _let_workers_settle()
             try:
                 dist.destroy_process_group()
             except Exception:  # the operation's error is the one to report
@@ -655,3 +657,18 @@ def _loads(payload: object, rank: int, operation: str) -> object:
             f"({type(error).__name__}: {error}); its class must be importable on every rank."
         ) from error
     return value
+
+
+_SETTLE_SECONDS: Final = 0.1
+
+
+def _let_workers_settle() -> None:
+    """Release the GIL briefly before a process group can be destroyed.
+
+    gloo's worker threads destroy finished work objects themselves, and that destructor takes
+    the GIL. If the group's destructor runs (it joins those threads while holding the GIL: it
+    is reached from Python object deallocation, e.g. when a DDP module is collected) while a
+    worker waits for the GIL, the process deadlocks. Sleeping lets every worker finish first;
+    after teardown no new work is queued, so the workers stay idle until the group goes.
+    """
+    time.sleep(_SETTLE_SECONDS)

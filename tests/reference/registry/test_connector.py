@@ -143,11 +143,26 @@ def test_auto_accelerator_falls_back_to_the_cpu_here() -> None:
 
 def test_auto_accelerator_prefers_an_available_registered_accelerator() -> None:
     class Special(CPUAccelerator):
-        pass
+        @property
+        def device_type(self) -> str:
+            return "meta"
 
     registry = Registry()
     registry.register("accelerator", "zz-special", Special)
     assert isinstance(resolve_accelerator("auto", registry=registry), Special)
+
+
+def test_auto_accelerator_never_prefers_a_cpu_type_plugin_over_the_builtin_cpu() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+
+    class VirtualCPU(CPUAccelerator):
+        pass
+
+    registry = Registry()
+    registry.register("accelerator", "aa-virtual-cpu", VirtualCPU)
+    chosen = resolve_accelerator("auto", registry=registry)
+    assert type(chosen) is CPUAccelerator
 
 
 def test_a_strategy_factory_that_rejects_the_keywords_is_a_configuration_error() -> None:
