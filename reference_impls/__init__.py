@@ -31,8 +31,10 @@ if TYPE_CHECKING:
     from trainspec.reference.environments.local import LocalEnvironment
     from trainspec.reference.environments.slurm import SLURMEnvironment
     from trainspec.reference.environments.torchelastic import TorchElasticEnvironment
+    from trainspec.reference.environments.xla import XLAEnvironment
     from trainspec.reference.launchers.spawn import MultiprocessingLauncher
     from trainspec.reference.launchers.subprocess_script import SubprocessScriptLauncher
+    from trainspec.reference.launchers.xla import XLALauncher
     from trainspec.reference.precisions import (
         BFloat16MixedPrecision,
         BFloat16Precision,
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from trainspec.reference.strategies.base import StrategyBase
     from trainspec.reference.strategies.ddp import DDPStrategy
     from trainspec.reference.strategies.single_device import SingleDeviceStrategy
+    from trainspec.reference.strategies.xla import XLAStrategy
 
 __all__ = [
     "BFloat16MixedPrecision",
@@ -82,6 +85,9 @@ __all__ = [
     "TorchElasticEnvironment",
     "TruePrecision",
     "XLAAccelerator",
+    "XLAEnvironment",
+    "XLALauncher",
+    "XLAStrategy",
     "default_registry",
     "detect_environment",
     "precision_for_flag",
@@ -114,12 +120,15 @@ _EXPORTS: Final[dict[str, str]] = {
     "LocalEnvironment": "trainspec.reference.environments.local",
     "SLURMEnvironment": "trainspec.reference.environments.slurm",
     "TorchElasticEnvironment": "trainspec.reference.environments.torchelastic",
+    "XLAEnvironment": "trainspec.reference.environments.xla",
     "detect_environment": "trainspec.reference.environments",
     "MultiprocessingLauncher": "trainspec.reference.launchers.spawn",
     "SubprocessScriptLauncher": "trainspec.reference.launchers.subprocess_script",
+    "XLALauncher": "trainspec.reference.launchers.xla",
     "StrategyBase": "trainspec.reference.strategies.base",
     "SingleDeviceStrategy": "trainspec.reference.strategies.single_device",
     "DDPStrategy": "trainspec.reference.strategies.ddp",
+    "XLAStrategy": "trainspec.reference.strategies.xla",
     "ComponentInfo": "trainspec.reference.registry",
     "Registry": "trainspec.reference.registry",
     "default_registry": "trainspec.reference.registry",

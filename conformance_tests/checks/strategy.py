@@ -63,7 +63,12 @@ from trainspec.conformance.checks.collective import (
     values,
 )
 from trainspec.conformance.core import CheckSkipped, Target, check
-from trainspec.errors import CheckpointNotFoundError, ConfigurationError, LifecycleError
+from trainspec.errors import (
+    CheckpointNotFoundError,
+    ConfigurationError,
+    LifecycleError,
+    TrainspecError,
+)
 from trainspec.launcher import Launcher
 from trainspec.precision import Precision
 from trainspec.types import REDUCE_OPS
@@ -920,6 +925,22 @@ def check_strategy_backward_produces_the_synchronised_gradients(target: Target[S
             _expected_grads(_world_batches(strategy)),
             _rtol(strategy.precision),
         )
+        # Gradients made outside the precision (e.g. an unscaled backward under gradient
+        # scaling) can look right yet leave the precision unable to step: it must accept them.
+        try:
+            strategy.optimizer_step(optimizer)
+        except TrainspecError as error:
+            raise failure(
+                target,
+                "STRAT-9",
+                expected=(
+                    "run backward through its precision, so that the precision's "
+                    "optimizer_step accepts the gradients"
+                ),
+                actual=f"optimizer_step after backward raised {type(error).__name__}: {error}",
+                hint="Call self.precision.backward(tensor, module) in backward.",
+                snippet=_snippet(target, _TRAIN_LINES + "strategy.optimizer_step(optimizer)"),
+            ) from error
 
 
 @check("STRAT-10", "strategy")

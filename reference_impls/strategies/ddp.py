@@ -179,7 +179,7 @@ class DDPStrategy(StrategyBase, BackwardSyncControl):
     @property
     def num_processes(self) -> int:
         """Ranks per node: ``len(parallel_devices)``."""
-        return len(self._parallel_devices)
+        return len(self.parallel_devices)
 
     @property
     def start_method(self) -> DDPStartMethod:
