@@ -15,8 +15,11 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
 
 __all__ = [
     "Measurement",
@@ -41,7 +44,9 @@ class Measurement:
 
     def paired_ratio(self, baseline: Measurement) -> float:
         """Median of the per-repetition ratios self/baseline."""
-        return statistics.median(a / b for a, b in zip(self.samples, baseline.samples))
+        return statistics.median(
+            a / b for a, b in zip(self.samples, baseline.samples, strict=False)
+        )
 
 
 def interleaved(

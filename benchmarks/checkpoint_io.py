@@ -73,8 +73,11 @@ def main(argv: list[str] | None = None) -> int:
             return blocked
 
         saves = interleaved(
-            {"raw torch.save (+fsync)": raw_save, "TorchCheckpointIO.save": ts_save,
-             "BackgroundCheckpointIO.save (blocking part)": bg_block},
+            {
+                "raw torch.save (+fsync)": raw_save,
+                "TorchCheckpointIO.save": ts_save,
+                "BackgroundCheckpointIO.save (blocking part)": bg_block,
+            },
             args.repetitions,
         )
 
@@ -93,21 +96,43 @@ def main(argv: list[str] | None = None) -> int:
     bg = saves["BackgroundCheckpointIO.save (blocking part)"]
     raw_l, ts_l = loads["raw torch.load"], loads["TorchCheckpointIO.load"]
     rows = [
-        ["save", f"{args.mib / raw_s.median:.0f}", f"{args.mib / ts_s.median:.0f}",
-         f"{1 / ts_s.paired_ratio(raw_s):.3f}", ">= 0.95"],
-        ["load", f"{args.mib / raw_l.median:.0f}", f"{args.mib / ts_l.median:.0f}",
-         f"{1 / ts_l.paired_ratio(raw_l):.3f}", ">= 0.95"],
+        [
+            "save",
+            f"{args.mib / raw_s.median:.0f}",
+            f"{args.mib / ts_s.median:.0f}",
+            f"{1 / ts_s.paired_ratio(raw_s):.3f}",
+            ">= 0.95",
+        ],
+        [
+            "load",
+            f"{args.mib / raw_l.median:.0f}",
+            f"{args.mib / ts_l.median:.0f}",
+            f"{1 / ts_l.paired_ratio(raw_l):.3f}",
+            ">= 0.95",
+        ],
     ]
     print(f"State dict: {args.mib} MiB, {args.repetitions} interleaved repetitions\n")
-    print(markdown_table(
-        ["operation", "raw MiB/s", "trainspec MiB/s", "throughput ratio", "target"], rows))
+    print(
+        markdown_table(
+            ["operation", "raw MiB/s", "trainspec MiB/s", "throughput ratio", "target"], rows
+        )
+    )
     print()
     frac = bg.paired_ratio(ts_s)
-    print(markdown_table(
-        ["async save", "blocking ms", "sync save ms", "fraction", "target"],
-        [["BackgroundCheckpointIO", f"{bg.median * 1000:.0f}", f"{ts_s.median * 1000:.0f}",
-          f"{frac:.1%}", "<= 10%"]],
-    ))
+    print(
+        markdown_table(
+            ["async save", "blocking ms", "sync save ms", "fraction", "target"],
+            [
+                [
+                    "BackgroundCheckpointIO",
+                    f"{bg.median * 1000:.0f}",
+                    f"{ts_s.median * 1000:.0f}",
+                    f"{frac:.1%}",
+                    "<= 10%",
+                ]
+            ],
+        )
+    )
     return 0
 
 

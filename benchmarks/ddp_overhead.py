@@ -15,12 +15,15 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from benchmarks._common import interleaved, machine_description, markdown_table
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MODELS = {"tiny MLP": (32, 64, 8, 16), "wide MLP": (512, 1024, 512, 64)}
 
@@ -66,8 +69,12 @@ def worker(args: argparse.Namespace) -> None:
         raw = nn.parallel.DistributedDataParallel(module)
         raw_opt = torch.optim.SGD(raw.parameters(), lr=1e-3)
 
-        def raw_step(m: nn.Module = raw, o: torch.optim.Optimizer = raw_opt,
-                     x: torch.Tensor = x, y: torch.Tensor = y) -> None:
+        def raw_step(
+            m: nn.Module = raw,
+            o: torch.optim.Optimizer = raw_opt,
+            x: torch.Tensor = x,
+            y: torch.Tensor = y,
+        ) -> None:
             loss = loss_fn(m(x), y)
             loss.backward()
             o.step()
@@ -78,8 +85,12 @@ def worker(args: argparse.Namespace) -> None:
         module, x2, y2 = make_model(model, rank)
         ts_module, ts_opt = runner.setup(module, torch.optim.SGD(module.parameters(), lr=1e-3))
 
-        def ts_step(m: nn.Module = ts_module, o: torch.optim.Optimizer = ts_opt,
-                    x: torch.Tensor = x2, y: torch.Tensor = y2) -> None:
+        def ts_step(
+            m: nn.Module = ts_module,
+            o: torch.optim.Optimizer = ts_opt,
+            x: torch.Tensor = x2,
+            y: torch.Tensor = y2,
+        ) -> None:
             with runner.autocast():
                 loss = loss_fn(m(x), y)
             runner.backward(loss, m)
@@ -91,8 +102,12 @@ def worker(args: argparse.Namespace) -> None:
             module, x3, y3 = make_model(model, rank)
             f_module, f_opt = fabric.setup(module, torch.optim.SGD(module.parameters(), lr=1e-3))
 
-            def fabric_step(m: nn.Module = f_module, o: torch.optim.Optimizer = f_opt,
-                            x: torch.Tensor = x3, y: torch.Tensor = y3) -> None:
+            def fabric_step(
+                m: nn.Module = f_module,
+                o: torch.optim.Optimizer = f_opt,
+                x: torch.Tensor = x3,
+                y: torch.Tensor = y3,
+            ) -> None:
                 loss = loss_fn(m(x), y)
                 fabric.backward(loss)
                 o.step()
@@ -105,16 +120,25 @@ def worker(args: argparse.Namespace) -> None:
             args.repetitions,
         )
         base = measured["raw"]
-        row: list[object] = [model, f"{base.median * 1e6:.0f}",
-                             f"{measured['trainspec'].median * 1e6:.0f}",
-                             f"{measured['trainspec'].paired_ratio(base):.3f}"]
+        row: list[object] = [
+            model,
+            f"{base.median * 1e6:.0f}",
+            f"{measured['trainspec'].median * 1e6:.0f}",
+            f"{measured['trainspec'].paired_ratio(base):.3f}",
+        ]
         if "fabric" in measured:
-            row += [f"{measured['fabric'].median * 1e6:.0f}",
-                    f"{measured['fabric'].paired_ratio(base):.3f}"]
+            row += [
+                f"{measured['fabric'].median * 1e6:.0f}",
+                f"{measured['fabric'].paired_ratio(base):.3f}",
+            ]
         rows.append(row)
     if rank == 0:
-        header = ["model (32-true, 2 ranks)", "raw DDP µs/step", "trainspec µs/step",
-                  "trainspec / raw"]
+        header = [
+            "model (32-true, 2 ranks)",
+            "raw DDP µs/step",
+            "trainspec µs/step",
+            "trainspec / raw",
+        ]
         if fabric is not None:
             header += ["Fabric µs/step", "Fabric / raw"]
         print(f"Machine: {machine_description()}")
@@ -138,9 +162,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args)
         return 0
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "-m", "benchmarks.ddp_overhead", "--worker",
-           "--repetitions", str(args.repetitions), "--steps", str(args.steps)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "benchmarks.ddp_overhead",
+        "--worker",
+        "--repetitions",
+        str(args.repetitions),
+        "--steps",
+        str(args.steps),
+    ]
     if not args.fabric:
         cmd.append("--no-fabric")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -63,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(f"## {title}\n\nCommand: `{shown}`\n\n{done.stdout.strip()}\n")
     if not args.smoke and not args.only:
         today = datetime.date.today().isoformat()
-        header = (f"{INTRO}Run on {today}: {machine_description()}. "
-                  "Command: `python -m benchmarks.run_all`.\n\n")
+        header = (
+            f"{INTRO}Run on {today}: {machine_description()}. "
+            "Command: `python -m benchmarks.run_all`.\n\n"
+        )
         Path(args.output).write_text(header + "\n".join(sections))
         print(f"wrote {args.output}")
     return 1 if failed else 0

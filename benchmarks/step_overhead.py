@@ -180,8 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         for model in MODELS:
             rss = {v: rss_of_variant(v, model, "32-true", 50) for v in variants}
             rss_rows.append([model, *(f"{rss[v]:.0f}" for v in variants)])
-        print(markdown_table(["model (32-true)", *(f"{v} peak RSS MiB" for v in variants)],
-                             rss_rows))
+        print(
+            markdown_table(["model (32-true)", *(f"{v} peak RSS MiB" for v in variants)], rss_rows)
+        )
     return 0
 
 

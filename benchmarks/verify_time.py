@@ -47,20 +47,34 @@ def main(argv: list[str] | None = None) -> int:
     assert isinstance(targets, list)
     for target in targets:
         per_target.append(
-            [f"{target['kind']}: {target['name']}", f"{target['duration_s']:.1f}",
-             "passed" if target["ok"] else "FAILED"]
+            [
+                f"{target['kind']}: {target['name']}",
+                f"{target['duration_s']:.1f}",
+                "passed" if target["ok"] else "FAILED",
+            ]
         )
         for result in target["results"]:
             per_layer[result["layer"]] += float(result["duration_s"])
     print(f"Machine: {machine_description()}\n")
-    print(markdown_table(
-        ["command", "wall s (median)", "targets", "ok"],
-        [["trainspec verify" + (" cluster_environment" if args.smoke else ""),
-          f"{statistics.median(walls):.1f}", len(targets), report.get("ok")]],
-    ))
+    print(
+        markdown_table(
+            ["command", "wall s (median)", "targets", "ok"],
+            [
+                [
+                    "trainspec verify" + (" cluster_environment" if args.smoke else ""),
+                    f"{statistics.median(walls):.1f}",
+                    len(targets),
+                    report.get("ok"),
+                ]
+            ],
+        )
+    )
     print()
-    print(markdown_table(["layer", "check time s"],
-                         [[k, f"{v:.1f}"] for k, v in sorted(per_layer.items())]))
+    print(
+        markdown_table(
+            ["layer", "check time s"], [[k, f"{v:.1f}"] for k, v in sorted(per_layer.items())]
+        )
+    )
     print()
     print(markdown_table(["target", "s", "result"], per_target))
     return 0

@@ -113,9 +113,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _selected_kinds(requested: list[str]) -> list[RegistryKind]:
     selected: list[RegistryKind] = []
+    by_name: dict[str, RegistryKind] = {known: known for known in _KINDS}
     for value in requested:
         for name in (part.strip() for part in value.split(",")):
-            kind = next((known for known in _KINDS if known == name), None)
+            kind = by_name.get(name)
             if kind is None:
                 raise UsageError(f"unknown kind {name!r}; valid kinds: {', '.join(_KINDS)}")
             if kind not in selected:

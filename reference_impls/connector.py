@@ -40,10 +40,11 @@ AUTO_ACCELERATOR_ORDER: Final[tuple[str, ...]] = ("cuda", "xla")
 """Registered accelerator names that ``accelerator="auto"`` tries first, in order.
 
 The full ``"auto"`` order is: these names; then every other registered accelerator except
-``"cpu"``, by name, skipping those whose device type is ``"cpu"``; then torch's current accelerator type (``torch.accelerator``, e.g.
-``"mps"`` or ``"xpu"``) through the generic ``TorchDeviceAccelerator`` when no registered
-accelerator has that device type; then ``"cpu"``. The first one whose ``is_available()`` is
-``True`` wins; a plugin that fails to load or to answer is skipped.
+``"cpu"``, by name, skipping those whose device type is ``"cpu"``; then torch's current
+accelerator type (``torch.accelerator``, e.g. ``"mps"`` or ``"xpu"``) through the generic
+``TorchDeviceAccelerator`` when no registered accelerator has that device type; then
+``"cpu"``. The first one whose ``is_available()`` is ``True`` wins; a plugin that fails to
+load or to answer is skipped.
 """
 
 _C = TypeVar("_C")
