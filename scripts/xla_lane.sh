@@ -9,8 +9,8 @@
 # host before relying on it.
 #
 # Cost: torch 2.9.0 + torch_xla 2.9.0 and their dependencies are a large download (about
-# 7 GB with the default CUDA torch wheel; set TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# for the much smaller CPU wheel). Nothing else in the project needs this environment.
+# 7 GB with the default CUDA torch wheel; set TORCH_INDEX_URL to an index that serves the
+# much smaller CPU wheel, where one is reachable). Nothing else in the project needs this environment.
 #
 # Usage: scripts/xla_lane.sh            (creates .venv-xla once, then runs the smoke test)
 # Environment: PYTHON (interpreter for the venv, default python3; torch_xla 2.9 has wheels

@@ -40,8 +40,10 @@ def main() -> int:
         module = strategy.setup_module(model)
         optimizer = strategy.setup_optimizer(torch.optim.SGD(module.parameters(), lr=LR))
         generator = torch.Generator().manual_seed(1)
-        inputs = torch.randn(STEPS, 16, 4, generator=generator)
-        targets = torch.randn(STEPS, 16, 2, generator=generator)
+        # One fixed batch, every step: the loss on it must fall (fresh random batches with
+        # random targets need not), and each step is compared with CPU training.
+        inputs = torch.randn(1, 16, 4, generator=generator).repeat(STEPS, 1, 1)
+        targets = torch.randn(1, 16, 2, generator=generator).repeat(STEPS, 1, 1)
 
         losses = []
         for step in range(STEPS):

@@ -23,6 +23,7 @@ Typical use (the same script works under ``torchrun``, which starts the ranks it
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Sized
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
@@ -169,6 +170,7 @@ class DDPStrategy(StrategyBase, BackwardSyncControl):
         self._static_graph = static_graph
         self._gradient_as_bucket_view = gradient_as_bucket_view
         self._local_launcher: Launcher | None = None
+        self._wrappers: list[weakref.ref[DistributedDataParallel]] = []
 
     def default_cluster_environment(self) -> ClusterEnvironment:
         """The detected environment: torchrun, then SLURM, then the local machine."""
@@ -234,6 +236,13 @@ class DDPStrategy(StrategyBase, BackwardSyncControl):
         A module without trainable parameters raises :class:`~trainspec.ConfigurationError`."""
         device = self.root_device
         device_ids = [device.index] if device.type == "cuda" and device.index is not None else None
+        wrapper = self._wrap(module, device_ids)
+        self._wrappers.append(weakref.ref(wrapper))
+        return wrapper
+
+    def _wrap(
+        self, module: torch.nn.Module, device_ids: list[int] | None
+    ) -> DistributedDataParallel:
         try:
             if _HAS_FORWARD_SYNC_BUFFERS:
                 return DistributedDataParallel(
@@ -259,6 +268,31 @@ class DDPStrategy(StrategyBase, BackwardSyncControl):
                     "gradient; DistributedDataParallel needs at least one."
                 ) from error
             raise
+
+    def teardown(self) -> None:
+        """Release every ``DistributedDataParallel`` wrapper's reducer, then tear down as the
+        base does (STRAT-4).
+
+        A wrapper collected *after* the process group is destroyed would drop the group's
+        last reference from its reducer's destructor with the GIL held, while a gloo worker
+        thread waits for the GIL to free a finished work: torch 2.13 deadlocks. Releasing the
+        reducers first makes the wrappers' later collection harmless. After teardown a wrapper
+        returned by :meth:`setup_module` can no longer run forward; its ``module`` attribute
+        (the unwrapped module) stays usable.
+        """
+        wrappers, self._wrappers = self._wrappers, []
+        for ref in wrappers:
+            wrapper = ref()
+            if wrapper is not None:
+                for name in ("logger", "reducer"):
+                    wrapper.__dict__.pop(name, None)
+        super().teardown()
+
+    def __getstate__(self) -> dict[str, object]:
+        # Launchers pickle the strategy; the wrappers of this process do not travel.
+        state = dict(self.__dict__)
+        state["_wrappers"] = []
+        return state
 
     def unwrap_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """The module inside ``DistributedDataParallel``; any other module unchanged."""
