@@ -285,7 +285,7 @@ class DDPStrategy(StrategyBase, BackwardSyncControl):
             wrapper = ref()
             if wrapper is not None:
                 for name in ("logger", "reducer"):
-                    wrapper.__dict__.pop(name, None)
+                    vars(wrapper).pop(name, None)
         super().teardown()
 
     def __getstate__(self) -> dict[str, object]:
