@@ -18,11 +18,30 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-__all__ = ["Command", "OneLineArgumentParser", "UsageError", "make_console"]
+__all__ = ["Command", "OneLineArgumentParser", "UsageError", "make_console", "quote_argument"]
+
+_QUOTE_LIMIT = 80
 
 
 class UsageError(Exception):
-    """Bad command-line input: printed as one line, exit status 2, never a traceback."""
+    """Bad command-line input: printed as one line, exit status 2, never a traceback.
+
+    ``prog`` is the command the input was given to (``"trainspec verify"``), when the raiser
+    knows it better than ``main`` does: an argparse error inside a subcommand's arguments.
+    """
+
+    def __init__(self, message: str, *, prog: str | None = None) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+def quote_argument(text: str, limit: int = _QUOTE_LIMIT) -> str:
+    """``repr(text)`` for a one-line error message, cut after ``limit`` characters (with the
+    full length) so that a huge argument does not flood the terminal."""
+    quoted = repr(text)
+    if len(quoted) <= limit:
+        return quoted
+    return f"{quoted[:limit]}... ({len(quoted)} characters)"
 
 
 @dataclass(frozen=True)
@@ -45,7 +64,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors raise :class:`UsageError` instead of printing usage."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see '{self.prog} --help')")
+        raise UsageError(f"{message} (see '{self.prog} --help')", prog=self.prog)
 
 
 def make_console(*, stderr: bool = False) -> Console:

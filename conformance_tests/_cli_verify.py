@@ -11,16 +11,23 @@ Exit status: 0 every target conforms, 1 a conformance failure, 2 a usage error.
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 from trainspec import ConfigurationError
-from trainspec.conformance._cli_common import Command, UsageError, make_console
+from trainspec.conformance._cli_common import (
+    Command,
+    UsageError,
+    make_console,
+    quote_argument,
+)
 from trainspec.conformance.core import KINDS, LAYERS
 
 if TYPE_CHECKING:
-    import argparse
     from collections.abc import Sequence
 
     from trainspec.conformance.report import Report
@@ -41,6 +48,25 @@ one whose module cannot be imported on this machine is reported as skipped.
 
 Exit status: 0 all conform, 1 a conformance failure, 2 a usage error.
 """
+
+
+def timeout_seconds(text: str) -> float | None:
+    """``--timeout``'s value: a finite number of seconds in ``(0, threading.TIMEOUT_MAX]``,
+    or ``0`` for no watchdog (``None``). ``nan``, ``inf``, negative and larger values raise
+    ``argparse.ArgumentTypeError`` (argparse turns it into a usage error naming the option).
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if value == 0:
+        return None
+    if not math.isfinite(value) or not 0 < value <= threading.TIMEOUT_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds in (0, {threading.TIMEOUT_MAX:.0f}], or 0 "
+            f"to disable the watchdog; got {quote_argument(text)}"
+        )
+    return value
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -96,7 +122,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=timeout_seconds,
         default=300.0,
         metavar="SECONDS",
         help="fail a check that runs longer than this (default 300; 0 disables the watchdog)",
@@ -122,7 +148,7 @@ def _pairs(values: Sequence[str], flag: str, what: str) -> dict[str, str]:
     for value in values:
         key, sep, rest = value.partition("=")
         if not sep or not key.strip() or not rest.strip():
-            raise UsageError(f"{flag} takes {what}; got {value!r}")
+            raise UsageError(f"{flag} takes {what}; got {quote_argument(value)}")
         pairs[key.strip()] = rest.strip()
     return pairs
 
@@ -136,14 +162,12 @@ def _run(args: argparse.Namespace) -> int:
 
     kind: str | None = args.kind
     if kind is not None and kind not in KINDS:
-        raise UsageError(f"unknown kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+        raise UsageError(f"unknown kind {quote_argument(kind)}; valid kinds: {', '.join(KINDS)}")
     xfails = _pairs(args.xfail, "--xfail", "ID=REASON (a reason is required)")
     options: dict[str, object] = dict(_pairs(args.option, "--option", "KEY=VALUE"))
     select = [s.strip() for value in args.select for s in value.split(",") if s.strip()]
     layers = ["structure", *args.layer] if args.layer else None
-    timeout = None if args.timeout == 0 else args.timeout
-    if timeout is not None and timeout < 0:
-        raise UsageError(f"--timeout must be >= 0 seconds; got {args.timeout:g}")
+    timeout: float | None = args.timeout  # validated by timeout_seconds; None: no watchdog
     console = make_console()
 
     if args.target is None:
@@ -225,13 +249,16 @@ def _run_builtin(
 
 
 def _write_outputs(report: Report, json_path: str | None, junit_path: str | None) -> None:
-    try:
-        if json_path:
-            report.write_json(json_path)
-        if junit_path:
-            report.write_junit(junit_path)
-    except OSError as error:
-        raise UsageError(f"cannot write the report: {error}") from error
+    for path, write in ((json_path, report.write_json), (junit_path, report.write_junit)):
+        if not path:
+            continue
+        try:
+            write(path)
+        except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+            raise UsageError(
+                f"cannot write the report to {quote_argument(path)}: {error}; give a path "
+                "to a file in a writable directory"
+            ) from error
 
 
 def _one_line(text: str) -> str:

@@ -211,7 +211,10 @@ def _tensor_bytes(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.numel() == 0:
         # An empty tensor may keep a non-unit stride after contiguous(); it has no bytes.
         return torch.empty(0, dtype=torch.uint8)
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    source = tensor.detach().to("cpu")
+    # contiguous() keeps odd strides on size-1 dims (the tensor already counts as contiguous),
+    # and view(uint8) needs a unit last stride: copy into freshly laid-out memory.
+    flat = torch.empty(source.shape, dtype=source.dtype).copy_(source).reshape(-1)
     if flat.dtype == torch.uint8:
         return flat
     return flat.view(torch.uint8)

@@ -85,19 +85,32 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     prog = "trainspec"
     try:
-        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        args, extras = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
         command = getattr(args, "_command", None)
         if not isinstance(command, Command):
+            if extras:
+                parser.error(f"unrecognized arguments: {' '.join(extras)}")
             parser.print_help(sys.stderr)
             return 2
         prog = f"trainspec {command.name}"
+        if extras:  # argparse would report these as the top-level parser's ("trainspec: ...")
+            raise UsageError(
+                f"unrecognized arguments: {' '.join(extras)} (see '{prog} --help')", prog=prog
+            )
         return command.run(args)
     except SystemExit as exit_:  # --help and --version exit through argparse
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 2)
-    except (UsageError, ConfigurationError) as error:
-        print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+    except UsageError as error:  # an argparse error names the (sub)command it came from
+        print(f"{error.prog or prog}: error: {_one_line(str(error))}", file=sys.stderr)
         return 2
+    except ConfigurationError as error:
+        print(f"{prog}: error: {_one_line(str(error))}", file=sys.stderr)
+        return 2
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

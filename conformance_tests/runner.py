@@ -26,6 +26,7 @@ import difflib
 import functools
 import importlib
 import importlib.metadata
+import math
 import sys
 import threading
 import time
@@ -341,6 +342,27 @@ def _teardown_all(instances: Sequence[object]) -> list[str]:
 # -- the session -------------------------------------------------------------------------------
 
 
+def _valid_timeout(timeout_s: object) -> bool:
+    """Whether ``timeout_s`` is a number ``thread.join`` takes: finite, in
+    ``(0, threading.TIMEOUT_MAX]`` (``nan`` and ``inf`` make it raise)."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+        return False
+    try:
+        seconds = float(timeout_s)
+    except OverflowError:  # an int beyond float range
+        return False
+    return math.isfinite(seconds) and 0 < seconds <= threading.TIMEOUT_MAX
+
+
+def _describe(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for a message: cut after ``limit`` characters, never raising."""
+    try:
+        text = repr(value)
+    except Exception as error:  # an int of over 4300 digits, a broken __repr__
+        return f"<{type(value).__name__} whose repr raises {type(error).__name__}>"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _suggest(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
     return f" (did you mean {', '.join(close)}?)" if close else ""
@@ -369,8 +391,11 @@ class TargetSession:
         self.kind: Kind = _check_kind(target.kind)
         self.timeout_s = timeout_s
         self.name = target.display_name
-        if timeout_s is not None and timeout_s <= 0:
-            raise ConfigurationError(f"timeout_s must be positive or None; got {timeout_s!r}")
+        if timeout_s is not None and not _valid_timeout(timeout_s):
+            raise ConfigurationError(
+                f"timeout_s must be positive and finite, at most {threading.TIMEOUT_MAX:.0f} "
+                f"seconds, or None (no watchdog); got {_describe(timeout_s)}"
+            )
         if isinstance(layers, str):
             raise ConfigurationError(f"layers must be a collection, not the string {layers!r}")
         chosen_layers = tuple(LAYERS) if layers is None else tuple(layers)
@@ -726,7 +751,8 @@ def verify(
     name: reason}``) and ``options`` override its entries. ``layers`` limits the layers after
     the structure layer, which always runs; ``select`` keeps only checks whose clause or name
     is listed. ``timeout_s`` bounds each check (a watchdog thread; ``None`` runs checks in the
-    calling thread without one).
+    calling thread without one); it **must** be ``None`` or a finite number of seconds in
+    ``(0, threading.TIMEOUT_MAX]``.
 
     Raises :class:`~trainspec.ConfigurationError` (before running anything) for an unknown
     kind, capability, layer or ID; every verdict about the implementation is in the report,

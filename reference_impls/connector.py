@@ -25,6 +25,7 @@ from trainspec.checkpoint_io import CheckpointIO
 from trainspec.cluster_environment import ClusterEnvironment
 from trainspec.errors import ConfigurationError, DeviceUnavailableError, TrainspecError
 from trainspec.precision import Precision
+from trainspec.reference._messages import describe_value
 from trainspec.reference.registry import Registry, RegistryKind, default_registry
 from trainspec.strategy import Strategy
 from trainspec.types import PRECISION_FLAGS
@@ -48,6 +49,17 @@ load or to answer is skipped.
 """
 
 _C = TypeVar("_C")
+
+_INSTANCE_DEFAULTS: Final = {
+    "accelerator": "'auto'",
+    "devices": "'auto'",
+    "num_nodes": "1",
+    "precision": "'32-true'",
+    "checkpoint_io": "None",
+    "cluster_environment": "None",
+    "plugins": "()",
+}
+"""What each argument must be left at when ``strategy`` is an instance (for the message)."""
 
 
 def resolve(
@@ -87,35 +99,41 @@ def resolve(
     reg = registry if registry is not None else default_registry()
 
     if isinstance(strategy, Strategy):
+        # Only a value of the default's own type can be the default: '!=' on a numpy array
+        # gives an array, whose truth value raises.
         given = {
-            "accelerator": accelerator != "auto",
-            "devices": devices != "auto",
-            "num_nodes": num_nodes != 1,
-            "precision": precision != "32-true",
+            "accelerator": not _is_str(accelerator, "auto"),
+            "devices": not _is_str(devices, "auto"),
+            "num_nodes": not (type(num_nodes) is int and num_nodes == 1),
+            "precision": not _is_str(precision, "32-true"),
             "checkpoint_io": checkpoint_io is not None,
             "cluster_environment": cluster_environment is not None,
             "plugins": bool(plugins),
         }
         extra = [name for name, is_given in given.items() if is_given]
         if extra:
+            defaults = ", ".join(f"{name}={_INSTANCE_DEFAULTS[name]}" for name in extra)
             raise ConfigurationError(
                 f"resolve(): strategy is an instance ({type(strategy).__name__}), so "
-                f"{', '.join(extra)} cannot also be given: pass those components to the "
-                "strategy's constructor, or pass the strategy by name."
+                f"{', '.join(extra)} cannot also be given: leave them at their defaults "
+                f"({defaults}) and pass those components to the strategy's constructor, or "
+                "pass the strategy by name."
             )
         return strategy
     if not isinstance(strategy, str):
         raise ConfigurationError(
             "resolve(): strategy must be 'auto', a registered strategy name "
             f"({_known(reg, 'strategy')}) or a trainspec.Strategy instance; got "
-            f"{strategy!r} of type {type(strategy).__name__}."
+            f"{describe_value(strategy)} of type {type(strategy).__name__}."
         )
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
-        raise ConfigurationError(f"resolve(): num_nodes must be a positive int; got {num_nodes!r}.")
+        raise ConfigurationError(
+            f"resolve(): num_nodes must be a positive int; got {describe_value(num_nodes)}."
+        )
 
     precision_plugin, io_plugin, env_plugin = _sort_plugins(plugins)
     if precision_plugin is not None:
-        if precision != "32-true":
+        if not _is_str(precision, "32-true"):
             raise ConfigurationError(
                 "resolve(): a Precision was given both as precision= and in plugins; give one."
             )
@@ -173,8 +191,8 @@ def resolve(
         raise ConfigurationError(
             f"resolve(): the strategy {strategy_name!r} could not be constructed with "
             f"accelerator={accelerator_obj!r}, precision={precision_obj!r}, "
-            f"devices={parallel_devices}, num_nodes={num_nodes}: "
-            f"{type(error).__name__}: {error}"
+            f"devices={describe_value(parallel_devices)}, num_nodes={describe_value(num_nodes)}: "
+            f"{type(error).__name__}: {str(error)[:300]}"
         ) from error
     if not isinstance(built, Strategy):
         raise ConfigurationError(
@@ -200,7 +218,7 @@ def resolve_accelerator(
         raise ConfigurationError(
             "resolve(): accelerator must be 'auto', a registered accelerator name "
             f"({_known(reg, 'accelerator')}) or a trainspec.Accelerator instance; got "
-            f"{accelerator!r} of type {type(accelerator).__name__}."
+            f"{describe_value(accelerator)} of type {type(accelerator).__name__}."
         )
     if accelerator == "auto":
         return _auto_accelerator(reg)
@@ -265,7 +283,7 @@ def _resolve_precision(precision: object, reg: Registry) -> Precision:
         more = f"; other registered precisions: {', '.join(map(repr, others))}" if others else ""
         raise ConfigurationError(
             f"resolve(): precision must be one of trainspec.PRECISION_FLAGS ({flags}){more}, "
-            f"or a trainspec.Precision instance; got {precision!r}."
+            f"or a trainspec.Precision instance; got {describe_value(precision)}."
         )
     return _build(reg, "precision", precision, _PRECISION)
 
@@ -295,7 +313,7 @@ def _resolve_named(value: object, kind: RegistryKind, protocol: _Protocol[_C], r
     if not isinstance(value, str):
         raise ConfigurationError(
             f"resolve(): {kind} must be a registered name ({_known(reg, kind)}), a "
-            f"trainspec.{protocol.name} instance or None; got {value!r} of type "
+            f"trainspec.{protocol.name} instance or None; got {describe_value(value)} of type "
             f"{type(value).__name__}."
         )
     return _build(reg, kind, value, protocol)
@@ -351,7 +369,8 @@ def _parse_devices(accelerator: Accelerator, devices: object) -> list[torch.devi
         raise
     except Exception as error:
         raise ConfigurationError(
-            f"resolve(): devices={devices!r} is not a valid request for {accelerator!r} "
+            f"resolve(): devices={describe_value(devices)} is not a valid request for "
+            f"{describe_value(accelerator)} "
             f"({type(error).__name__}: {error}); valid forms: a positive int, -1, 'auto', "
             "'0,1', or a list of indices."
         ) from error
@@ -375,7 +394,7 @@ def _sort_plugins(
     if isinstance(plugins, (str, bytes)) or not isinstance(plugins, Sequence):
         raise ConfigurationError(
             "resolve(): plugins must be a sequence of Precision, CheckpointIO or "
-            f"ClusterEnvironment instances; got {plugins!r}."
+            f"ClusterEnvironment instances; got {describe_value(plugins)}."
         )
     found: dict[str, object] = {}
     for plugin in plugins:
@@ -387,15 +406,16 @@ def _sort_plugins(
             if isinstance(plugin, protocol):
                 if kind in found:
                     raise ConfigurationError(
-                        f"resolve(): plugins holds more than one {kind}: {found[kind]!r} and "
-                        f"{plugin!r}; give one."
+                        f"resolve(): plugins holds more than one {kind}: "
+                        f"{describe_value(found[kind])} and {describe_value(plugin)}; give one."
                     )
                 found[kind] = plugin
                 break
         else:
             raise ConfigurationError(
                 "resolve(): every plugin must be a trainspec.Precision, CheckpointIO or "
-                f"ClusterEnvironment instance; got {plugin!r} of type {type(plugin).__name__}."
+                f"ClusterEnvironment instance; got {describe_value(plugin)} of type "
+                f"{type(plugin).__name__}."
             )
     precision = found.get("precision")
     io = found.get("checkpoint_io")
@@ -405,6 +425,11 @@ def _sort_plugins(
         io if isinstance(io, CheckpointIO) else None,
         environment if isinstance(environment, ClusterEnvironment) else None,
     )
+
+
+def _is_str(value: object, expected: str) -> bool:
+    """Whether ``value`` is the string ``expected`` (never compares another type)."""
+    return isinstance(value, str) and value == expected
 
 
 def _known(reg: Registry, kind: RegistryKind) -> str:

@@ -37,6 +37,7 @@ from typing import Final, Literal, TypeAlias
 
 from trainspec.accelerator import Accelerator
 from trainspec.errors import ConfigurationError
+from trainspec.reference._messages import describe_value
 
 __all__ = [
     "ENTRY_POINT_GROUPS",
@@ -154,9 +155,7 @@ class Registry:
         """
         kind = _check_kind(kind)
         if not isinstance(name, str):
-            raise ConfigurationError(
-                f"a {kind} name must be a string; got {name!r} of type {type(name).__name__}."
-            )
+            raise ConfigurationError(f"a {kind} name must be a string (a registered name); got {describe_value(name)}.")
         with self._lock:
             cached = self._loaded.get((kind, name))
             if cached is not None:

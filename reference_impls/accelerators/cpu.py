@@ -20,6 +20,7 @@ import torch
 
 from trainspec.accelerator import Accelerator
 from trainspec.errors import ConfigurationError
+from trainspec.reference._messages import describe_value
 from trainspec.reference.accelerators.device_request import check_device, parse_device_request
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ class CPUAccelerator(Accelerator):
             isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1
         ):
             raise ConfigurationError(
-                f"CPUAccelerator(num_devices={num_devices!r}): expected a positive int or None "
+                f"CPUAccelerator(num_devices={describe_value(num_devices)}): expected a "
+                "positive int or None "
                 "(None: one slot per usable core)"
             )
         self._num_devices = num_devices if num_devices is not None else usable_cpu_count()

@@ -29,6 +29,7 @@ from typing import Final
 import torch
 
 from trainspec.errors import ConfigurationError, DeviceUnavailableError
+from trainspec.reference._messages import MAX_DIGITS, describe_value, parse_ascii_int
 
 __all__ = ["check_device", "describe_valid_requests", "parse_device_request"]
 
@@ -67,8 +68,8 @@ def parse_device_request(
         out_of_range = [i for i in request if i >= available]
         if out_of_range:
             raise DeviceUnavailableError(
-                f"devices={devices!r} asks for {device_type} device index "
-                f"{out_of_range[0]} but {available} exist; valid: "
+                f"devices={describe_value(devices)} asks for {device_type} device index "
+                f"{describe_value(out_of_range[0])} but {available} exist; valid: "
                 f"{describe_valid_requests(available)}"
             )
         return request
@@ -77,11 +78,12 @@ def parse_device_request(
     else:
         chosen = auto_count if request == "auto" else request
         assert isinstance(chosen, int)
-        count, wanted = chosen, f"{chosen} {device_type} device{'s' if chosen != 1 else ''}"
+        plural = "s" if chosen != 1 else ""
+        count, wanted = chosen, f"{describe_value(chosen)} {device_type} device{plural}"
     if available <= 0 or count > available:
         raise DeviceUnavailableError(
-            f"devices={devices!r} asks for {wanted} but {max(available, 0)} exist; "
-            f"valid: {describe_valid_requests(available)}"
+            f"devices={describe_value(devices)} asks for {wanted} but {max(available, 0)} "
+            f"exist; valid: {describe_valid_requests(available)}"
         )
     return list(range(count))
 
@@ -119,12 +121,31 @@ def _normalise_string(devices: str, device_type: str, available: int) -> int | s
             raise _malformed(
                 devices, device_type, available, "an index list holds non-negative integers"
             )
-        return _indices([int(part) for part in parts], devices, device_type, available)
+        return _indices(
+            [_digits(part, devices, device_type, available) for part in parts],
+            devices,
+            device_type,
+            available,
+        )
     if _DIGITS.fullmatch(text):
-        if int(text) == 0:
+        count = _digits(text, devices, device_type, available)
+        if count == 0:
             raise _malformed(devices, device_type, available, "a count must be positive or -1")
-        return int(text)
+        return count
     raise _malformed(devices, device_type, available, "not a count, index list or 'auto'")
+
+
+def _digits(text: str, devices: object, device_type: str, available: int) -> int:
+    """The value of ASCII digits ``text``; more than :data:`MAX_DIGITS` significant digits
+    ask for more devices than exist anywhere (and ``int()`` of over 4300 digits raises)."""
+    value = parse_ascii_int(text)
+    if value is None:
+        raise DeviceUnavailableError(
+            f"devices={describe_value(devices)} asks for a {device_type} device count or "
+            f"index of more than {MAX_DIGITS} digits but {max(available, 0)} exist; valid: "
+            f"{describe_valid_requests(available)}"
+        )
+    return value
 
 
 def _indices(items: list[object], devices: object, device_type: str, available: int) -> list[int]:
@@ -133,18 +154,25 @@ def _indices(items: list[object], devices: object, device_type: str, available: 
     indices: list[int] = []
     for item in items:
         if isinstance(item, bool) or not isinstance(item, int):
-            raise _malformed(devices, device_type, available, f"index {item!r} is not an int")
+            raise _malformed(
+                devices, device_type, available, f"index {describe_value(item)} is not an int"
+            )
         if item < 0:
-            raise _malformed(devices, device_type, available, f"index {item} is negative")
+            raise _malformed(
+                devices, device_type, available, f"index {describe_value(item)} is negative"
+            )
         if item in indices:
-            raise _malformed(devices, device_type, available, f"index {item} is repeated")
+            raise _malformed(
+                devices, device_type, available, f"index {describe_value(item)} is repeated"
+            )
         indices.append(item)
     return indices
 
 
 def _malformed(devices: object, device_type: str, available: int, why: str) -> ConfigurationError:
     return ConfigurationError(
-        f"devices={devices!r} is not a valid {device_type} device request ({why}); valid: "
+        f"devices={describe_value(devices)} is not a valid {device_type} device request "
+        f"({why}); valid: "
         f"{describe_valid_requests(available)}"
     )
 
@@ -159,7 +187,7 @@ def check_device(device: object, device_type: str, available: int | None = None)
     """
     if not isinstance(device, torch.device):
         raise ConfigurationError(
-            f"expected a torch.device of type {device_type!r}, got {device!r} "
+            f"expected a torch.device of type {device_type!r}, got {describe_value(device)} "
             f"({type(device).__name__})"
         )
     if device.type != device_type:

@@ -13,12 +13,13 @@ For ``"cpu"`` this gives ``cpu:0`` for the one CPU; use
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import torch
 
 from trainspec.accelerator import Accelerator
 from trainspec.errors import ConfigurationError, DeviceUnavailableError
+from trainspec.reference._messages import describe_value
 from trainspec.reference.accelerators.device_request import check_device, parse_device_request
 
 if TYPE_CHECKING:
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
     from trainspec.types import DeviceRequest
 
 __all__ = ["TorchDeviceAccelerator", "device_module"]
+
+_COMMON_DEVICE_TYPES: Final = ("cpu", "cuda", "mps", "xpu", "xla", "hpu", "mtia", "meta")
+"""Device types an error message offers when ``TorchDeviceAccelerator`` is given a string
+torch does not parse (torch knows a few more, and a PrivateUse1 backend adds its own name)."""
 
 
 def device_module(device_type: str) -> ModuleType | None:
@@ -44,8 +49,9 @@ class TorchDeviceAccelerator(Accelerator):
 
     Args:
         device_type: a torch device type without an index (``"cuda"``, ``"xpu"``, ``"mps"``).
-            A string torch does not know raises :class:`~trainspec.ConfigurationError` naming
-            the types torch knows; an index (``"cuda:0"``) is refused too.
+            A string torch does not parse (``""``, ``"cpu "``, an unknown name) raises
+            :class:`~trainspec.ConfigurationError` naming the common valid types; an index
+            (``"cuda:0"``) is refused too.
 
     ``is_available`` and ``device_count`` only count devices: they never raise and never
     initialise the device (for CUDA, ``torch.cuda.device_count`` asks NVML where it can).
@@ -56,18 +62,20 @@ class TorchDeviceAccelerator(Accelerator):
     def __init__(self, device_type: str) -> None:
         if not isinstance(device_type, str):
             raise ConfigurationError(
-                f"device_type must be a str such as 'cuda', got {device_type!r}"
+                f"device_type must be a str such as 'cuda', got {describe_value(device_type)} "
+                f"of type {type(device_type).__name__}; {_valid_types()}"
             )
         try:
             parsed = torch.device(device_type)
         except (RuntimeError, ValueError) as error:
             raise ConfigurationError(
-                f"device_type={device_type!r} is not a torch device type; torch says: {error}"
+                f"device_type={describe_value(device_type)} is not a torch device type"
+                f"{_did_you_mean(device_type)}; {_valid_types()}"
             ) from error
         if parsed.index is not None:
             raise ConfigurationError(
-                f"device_type={device_type!r} names one device; pass the type alone "
-                f"({parsed.type!r}) and choose devices with parse_devices"
+                f"device_type={describe_value(device_type)} names one device; pass the type "
+                f"alone ({parsed.type!r}) and choose devices with parse_devices"
             )
         self._device_type: str = str(parsed.type)
         self._set_up: bool = False
@@ -189,6 +197,19 @@ class TorchDeviceAccelerator(Accelerator):
         except Exception:  # an old or broken backend: treat as "not the current one"
             return False
         return current is not None and current.type == self._device_type
+
+
+def _valid_types() -> str:
+    """The message fragment naming the valid device types."""
+    names = ", ".join(map(repr, _COMMON_DEVICE_TYPES))
+    return f"valid device types include {names} (or a PrivateUse1 backend's name)"
+
+
+def _did_you_mean(device_type: str) -> str:
+    """`` (did you mean 'cpu'?)`` when ``device_type`` is a common type give or take
+    surrounding whitespace and case; else empty."""
+    candidate = device_type.strip().lower()
+    return f" (did you mean {candidate!r}?)" if candidate in _COMMON_DEVICE_TYPES else ""
 
 
 def _call_with_device(function: Callable[..., object], device: torch.device) -> object:

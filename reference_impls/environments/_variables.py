@@ -4,6 +4,10 @@ Every reader raises :class:`~trainspec.ConfigurationError` naming the variable, 
 found and the values allowed (ENV-5). Values are read from :data:`os.environ` at call time,
 never cached, so an environment object describes the process it is asked in (a launcher may
 set the variables after the object was built).
+
+Integers are ASCII digits with an optional sign and at most 18 significant digits
+(:func:`~trainspec.reference._messages.parse_ascii_int`): ``'1_0'``, ``'\u0661'`` and
+``'\u00b2'`` are refused, not read as 10, as 1, or raised from ``int()``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import socket
 from typing import Final
 
 from trainspec.errors import ConfigurationError
+from trainspec.reference._messages import describe_value, parse_ascii_int
 
 __all__ = [
     "MAX_PORT",
@@ -47,12 +52,12 @@ def read_int(
                 "it is not set."
             )
         return default
-    try:
-        value = int(raw.strip(), 10)
-    except ValueError:
+    value = parse_ascii_int(raw)
+    if value is None:
         raise ConfigurationError(
-            f"{owner}: environment variable {name} must be an integer >= {minimum}; got {raw!r}."
-        ) from None
+            f"{owner}: environment variable {name} must be an integer >= {minimum} (ASCII "
+            f"digits); got {describe_value(raw)}."
+        )
     if value < minimum:
         raise ConfigurationError(
             f"{owner}: environment variable {name} must be an integer >= {minimum}; got {value}."
@@ -65,7 +70,8 @@ def check_port(value: object, source: str, owner: str) -> int:
     :class:`~trainspec.ConfigurationError` naming ``source``."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PORT:
         raise ConfigurationError(
-            f"{owner}: {source} must be a TCP port, an integer in [1, {MAX_PORT}]; got {value!r}."
+            f"{owner}: {source} must be a TCP port, an integer in [1, {MAX_PORT}]; got "
+            f"{describe_value(value)}."
         )
     return value
 
@@ -76,13 +82,12 @@ def read_port(name: str, owner: str) -> int | None:
     raw = os.environ.get(name)
     if raw is None:
         return None
-    try:
-        value = int(raw.strip(), 10)
-    except ValueError:
+    value = parse_ascii_int(raw)
+    if value is None:
         raise ConfigurationError(
             f"{owner}: environment variable {name} must be a TCP port, an integer in "
-            f"[1, {MAX_PORT}]; got {raw!r}."
-        ) from None
+            f"[1, {MAX_PORT}]; got {describe_value(raw)}."
+        )
     return check_port(value, f"environment variable {name}", owner)
 
 
@@ -100,18 +105,30 @@ def check_address(value: object, source: str, owner: str) -> str:
     if not isinstance(value, str) or not value or any(ch.isspace() for ch in value):
         raise ConfigurationError(
             f"{owner}: {source} must be a non-empty host name or IP address without "
-            f"whitespace; got {value!r}."
+            f"whitespace; got {describe_value(value)}."
         )
     return value
 
 
-def find_free_port(address: str = "127.0.0.1") -> int:
+def find_free_port(address: str = "127.0.0.1", *, owner: str = "find_free_port") -> int:
     """A TCP port that was free on ``address`` a moment ago (the OS picks it).
 
-    Not guaranteed: another process may take the port before it is used.
+    ``address`` **must** be an address of this machine: one that does not resolve, or is
+    not local, raises :class:`~trainspec.ConfigurationError` naming it and what is allowed
+    (the socket errors are not passed on). Not guaranteed: another process may take the port
+    before it is used.
     """
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((address, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((address, 0))
+            port: int = sock.getsockname()[1]
+            return port
+    except (OSError, ValueError) as error:  # gaierror, EADDRNOTAVAIL; IDNA and NUL errors
+        raise ConfigurationError(
+            f"{owner}: cannot pick a free port on main address {describe_value(address)} "
+            f"({type(error).__name__}: {describe_value(str(error))}); without MASTER_PORT the "
+            "port is picked on this machine, so the address must be a local host name or IP "
+            "address such as '127.0.0.1' or 'localhost'; or set MASTER_PORT to an integer in "
+            f"[1, {MAX_PORT}]."
+        ) from error

@@ -83,14 +83,18 @@ class LocalEnvironment(ClusterEnvironment):
     @property
     def main_port(self) -> int:
         """``MASTER_PORT``, else the ``main_port`` argument, else a free port picked once
-        (ENV-3)."""
+        on :attr:`main_address` (ENV-3).
+
+        Picking needs ``main_address`` to be an address of this machine; one that does not
+        resolve or is not local raises :class:`~trainspec.ConfigurationError`.
+        """
         port = read_port("MASTER_PORT", _NAME)
         if port is not None:
             return port
         if self._main_port is not None:
             return self._main_port
         if self._picked_port is None:
-            self._picked_port = find_free_port(self._main_address)
+            self._picked_port = find_free_port(self._main_address, owner=_NAME)
         return self._picked_port
 
     @property

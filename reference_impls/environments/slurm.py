@@ -24,6 +24,7 @@ from typing import Final
 
 from trainspec.cluster_environment import ClusterEnvironment
 from trainspec.errors import ConfigurationError
+from trainspec.reference._messages import describe_value, is_ascii_digits
 from trainspec.reference.environments._variables import (
     read_address,
     read_int,
@@ -39,7 +40,7 @@ PORT_BASE: Final = 15000
 ``[15000, 24999]``: the same on every rank of a job, likely different between jobs."""
 
 _INTERACTIVE_JOB_NAMES: Final = frozenset({"bash", "interactive"})
-_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")  # ASCII digits: \d takes every script's
 
 
 class SLURMEnvironment(ClusterEnvironment):
@@ -95,11 +96,12 @@ class SLURMEnvironment(ClusterEnvironment):
         if port is not None:
             return port
         job_id = os.environ.get("SLURM_JOB_ID")
-        if job_id is None or not job_id.strip().isdigit():
+        # ASCII digits only: str.isdigit() is also true for '²', which int() refuses.
+        if job_id is None or not is_ascii_digits(job_id.strip()):
             raise ConfigurationError(
                 f"{_NAME}: environment variable SLURM_JOB_ID must be a decimal job id (the "
                 f"port is derived from it), or MASTER_PORT set to an integer in [1, 65535]; "
-                f"got SLURM_JOB_ID={job_id!r}."
+                f"got SLURM_JOB_ID={describe_value(job_id)}."
             )
         return PORT_BASE + int(job_id.strip()[-4:])
 
@@ -197,15 +199,24 @@ def _first_number(ranges: str, nodelist: str, source: str) -> str:
     first_range = ranges.split(",", 1)[0].strip()
     match = _RANGE.fullmatch(first_range)
     if match is None:
-        raise _malformed(nodelist, source, f"range {first_range!r} is not N or N-M")
+        raise _malformed(nodelist, source, f"range {describe_value(first_range)} is not N or N-M")
     start, end = match.group(1), match.group(2)
-    if end is not None and int(end) < int(start):
-        raise _malformed(nodelist, source, f"range {first_range!r} ends before it starts")
+    if end is not None and _numeric_key(end) < _numeric_key(start):
+        raise _malformed(
+            nodelist, source, f"range {describe_value(first_range)} ends before it starts"
+        )
     return start
+
+
+def _numeric_key(digits: str) -> tuple[int, str]:
+    """Orders ASCII digit strings by value without ``int()`` (which refuses over 4300
+    digits): fewer significant digits is smaller, then the digits compare as text."""
+    significant = digits.lstrip("0")
+    return (len(significant), significant)
 
 
 def _malformed(nodelist: str, source: str, why: str) -> ConfigurationError:
     return ConfigurationError(
         f"{_NAME}: {source} must be a SLURM host list such as 'node1,node2' or "
-        f"'node[001-004,007]'; got {nodelist!r} ({why})."
+        f"'node[001-004,007]'; got {describe_value(nodelist)} ({why})."
     )

@@ -14,14 +14,17 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import shutil
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeVar, get_args
 
 from typing_extensions import ParamSpec
 
-from trainspec.errors import CollectiveError, ConfigurationError, LaunchError
+from trainspec.errors import ConfigurationError, LaunchError
 from trainspec.launcher import Launcher
 from trainspec.reference.environments.local import LocalEnvironment
 from trainspec.reference.launchers._supervision import (
@@ -30,6 +33,10 @@ from trainspec.reference.launchers._supervision import (
     check_grace_period,
     check_num_processes,
     describe_exit_code,
+    enable_stack_dump,
+    hung_rank_message,
+    is_secondary,
+    request_stack,
     stop_ranks,
 )
 
@@ -66,10 +73,24 @@ class MultiprocessingLauncher(Launcher):
     If a rank raises, its formatted traceback comes back through a pipe; if it dies, its
     exit code or signal is read. Either way the launcher stops the other ranks (SIGTERM to
     their process groups, SIGKILL after ``grace_period`` seconds) and raises
-    :class:`~trainspec.LaunchError` naming the rank. A rank that failed with a
-    :class:`~trainspec.CollectiveError` (a peer died) is blamed only if no other rank fails
-    within ``grace_period``. ``launch`` never returns or raises with a started process still
-    running, including on ``KeyboardInterrupt`` (which is re-raised as it is).
+    :class:`~trainspec.LaunchError` naming the rank.
+
+    A rank that failed with a *secondary* error (a :class:`~trainspec.CollectiveError` or an
+    error of ``torch.distributed``: its collective timed out or lost its peer) is the echo of
+    another rank's failure, so the launcher waits up to ``grace_period`` for a primary one
+    (another exception, a non-zero exit code, a signal), which it blames if it comes. If none
+    comes and a rank is still running when the grace period ends, that rank is presumed hung
+    and blamed: the error names it, carries its threads' stacks (asked for with SIGUSR2
+    through :mod:`faulthandler`, when the rank's code left SIGUSR2 alone) and the secondary
+    error as context. Otherwise the rank with the secondary error is blamed.
+
+    Processes a rank started do not outlive it: when a rank exits, normally or not, the
+    launcher sends SIGTERM to its process group (SIGKILL after ``grace_period`` seconds to
+    whatever is still alive) before it reaps the rank, and that also happens to every rank's
+    group when the launch succeeds. ``launch`` never returns or raises with a started process
+    or a process of a rank's group still running, including on ``KeyboardInterrupt`` (which
+    is re-raised as it is). A process a rank moved out of its group (``setsid``) is not
+    followed.
 
     Not guaranteed: if this process is killed with SIGKILL, the ranks are not stopped.
     """
@@ -135,6 +156,7 @@ class MultiprocessingLauncher(Launcher):
         address = self._environment.main_address
         port = self._environment.main_port
         ranks: list[_Rank] = []
+        workdir = Path(tempfile.mkdtemp(prefix="trainspec-spawn-"))
         try:
             for number in range(self._num_processes):
                 reader, writer = context.Pipe(duplex=False)
@@ -146,21 +168,24 @@ class MultiprocessingLauncher(Launcher):
                     address=address,
                     port=port,
                 )
+                stack = workdir / f"rank-{number}.stack"
                 process = context.Process(
                     target=_run_rank,
-                    args=(number, variables, payload, writer),
+                    args=(number, variables, payload, writer, str(stack)),
                     name=f"trainspec-rank-{number}",
                 )
-                ranks.append(_Rank(ProcessRank(number, process), reader))
+                ranks.append(_Rank(ProcessRank(number, process), reader, stack))
                 try:
                     process.start()
                 finally:
                     writer.close()
             reported = self._supervise(ranks)
         finally:
+            # Also after a success: what the ranks left running in their groups is stopped.
             stop_ranks([rank.process for rank in ranks], self._grace_period)
             for rank in ranks:
                 rank.reader.close()
+            shutil.rmtree(workdir, ignore_errors=True)
         try:
             result: _R = pickle.loads(reported)
         except Exception as error:
@@ -173,7 +198,6 @@ class MultiprocessingLauncher(Launcher):
 
     def _supervise(self, ranks: list[_Rank]) -> bytes:
         """Wait for every rank; rank 0's pickled result, or raise for the rank to blame."""
-        blamed: _Rank | None = None
         deadline: float | None = None
         while True:
             waitables: list[int] = [rank.reader.fileno() for rank in ranks if not rank.drained]
@@ -182,22 +206,47 @@ class MultiprocessingLauncher(Launcher):
                 multiprocessing.connection.wait(waitables, timeout=_WAIT_SECONDS)
             for rank in ranks:
                 rank.poll()
+                if rank.exit_code is not None:
+                    # Stop what the rank left running in its group, then reap it.
+                    rank.process.release(self._grace_period)
             failed = [rank for rank in ranks if rank.failed]
             primary = [rank for rank in failed if not rank.secondary]
+            running = [rank for rank in ranks if rank.exit_code is None]
+            error: LaunchError | None = None
             if primary:
-                blamed = primary[0]
+                error = primary[0].error()
+            elif failed and not running:
+                error = failed[0].error()  # nothing left that could fail in its own right
             elif failed and deadline is None:
                 deadline = time.monotonic() + self._grace_period
-            if blamed is None and deadline is not None and time.monotonic() >= deadline:
-                blamed = failed[0]
-            if blamed is not None:
+            elif deadline is not None and time.monotonic() >= deadline:
+                error = self._hung_error(running, failed)
+            if error is not None:
                 stop_ranks([rank.process for rank in ranks], self._grace_period)
-                raise blamed.error()
+                raise error
             if all(rank.finished for rank in ranks):
                 assert ranks[0].report is not None
                 result = ranks[0].report[2]
                 assert isinstance(result, bytes)
                 return result
+
+    def _hung_error(self, running: list[_Rank], failed: list[_Rank]) -> LaunchError:
+        """The error that blames the first rank still running (without a report) after only
+        secondary failures for a grace period; the first secondary failure if there is none."""
+        hung = [rank for rank in running if rank.report is None] or running
+        if not hung:
+            return failed[0].error()
+        culprit = hung[0].process
+        first = failed[0]
+        message = hung_rank_message(
+            [rank.process.rank for rank in hung],
+            first.process.rank,
+            first.describe(),
+            self._grace_period,
+            request_stack(culprit, hung[0].stack),
+            also_secondary=[rank.process.rank for rank in failed[1:]],
+        )
+        return LaunchError(message, rank=culprit.rank)
 
 
 class _Reader(Protocol):
@@ -215,6 +264,8 @@ class _Rank:
 
     process: ProcessRank
     reader: _Reader
+    stack: Path
+    """Where the rank writes its threads' stacks when asked (see ``request_stack``)."""
     drained: bool = False
     exit_code: int | None = None
     report: tuple[str, bool, bytes | str] | None = field(default=None)
@@ -263,6 +314,14 @@ class _Rank:
     def finished(self) -> bool:
         return self.exit_code == 0 and self.report is not None and self.report[0] == "ok"
 
+    def describe(self) -> str:
+        """How the rank failed: its traceback, or its exit code or signal."""
+        if self.report is not None and self.report[0] == "error":
+            return str(self.report[2])
+        if self.exit_code is not None:
+            return f"it {describe_exit_code(self.exit_code)}."
+        return "it failed without a report."
+
     def error(self) -> LaunchError:
         rank = self.process.rank
         if self.report is not None and self.report[0] == "error":
@@ -286,14 +345,19 @@ def _context(method: StartMethod) -> SpawnContext | ForkServerContext | ForkCont
     return multiprocessing.get_context("spawn")
 
 
-def _run_rank(rank: int, variables: dict[str, str], payload: bytes, writer: Connection) -> None:
+def _run_rank(
+    rank: int, variables: dict[str, str], payload: bytes, writer: Connection, stack: str
+) -> None:
     """The body of every started rank: report ``("ok", False, pickled result or b"")`` or
-    ``("error", is_secondary, traceback)`` through ``writer``; exit 1 after an error."""
+    ``("error", is_secondary, traceback)`` through ``writer``; exit 1 after an error. The
+    rank leads a new session (and so a process group of its own), and writes its stacks to
+    ``stack`` when the launcher asks."""
     if hasattr(os, "setsid"):
         try:
             os.setsid()
         except OSError:
             pass  # already a group leader
+    enable_stack_dump(stack)
     os.environ.update(variables)
     report: tuple[str, bool, bytes | str]
     failed = False
@@ -311,19 +375,10 @@ def _run_rank(rank: int, variables: dict[str, str], payload: bytes, writer: Conn
                 ) from error
     except BaseException as error:
         failed = True
-        report = ("error", _is_secondary(error), "".join(traceback.format_exception(error)))
+        report = ("error", is_secondary(error), "".join(traceback.format_exception(error)))
     try:
         writer.send_bytes(pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL))
     finally:
         writer.close()
     if failed:
         raise SystemExit(1)
-
-
-def _is_secondary(error: BaseException) -> bool:
-    """Whether ``error`` is likely the echo of another rank's failure (a collective that
-    lost its peer) rather than a cause of its own."""
-    if isinstance(error, CollectiveError):
-        return True
-    module = type(error).__module__
-    return module.startswith("torch.distributed") or type(error).__name__.startswith("Dist")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from typing_extensions import ParamSpec
 
-from trainspec.errors import CollectiveError, ConfigurationError, LaunchError
+from trainspec.errors import ConfigurationError, LaunchError
 from trainspec.launcher import Launcher
 from trainspec.reference.environments.local import LocalEnvironment
 from trainspec.reference.launchers._supervision import (
@@ -35,6 +35,10 @@ from trainspec.reference.launchers._supervision import (
     check_grace_period,
     check_num_processes,
     describe_exit_code,
+    enable_stack_dump,
+    hung_rank_message,
+    is_secondary,
+    request_stack,
     stop_ranks,
 )
 
@@ -59,7 +63,12 @@ CHILD_RANK_VARIABLE: Final = "TRAINSPEC_LAUNCHED_RANK"
 """Set in every rank this launcher starts; ``launch`` there runs the function directly."""
 
 ERROR_FILE_VARIABLE: Final = "TRAINSPEC_LAUNCH_ERROR_FILE"
-"""Where a started rank writes the traceback of an exception that escapes the function."""
+"""Where a started rank writes the traceback of an exception that escapes the function (its
+first line says whether the error is ``primary`` or ``secondary``); the rank writes its
+threads' stacks to this path plus ``.stack`` when the launcher asks (SIGUSR2)."""
+
+_PRIMARY: Final = "primary"
+_SECONDARY: Final = "secondary"
 
 _POLL_SECONDS: Final = 0.05
 
@@ -73,13 +82,29 @@ class SubprocessScriptLauncher(Launcher):
     If a rank fails it stops the others (SIGTERM to each rank's process group, SIGKILL after
     ``grace_period`` seconds) and raises :class:`~trainspec.LaunchError` naming the rank,
     with the traceback the rank wrote (through :data:`ERROR_FILE_VARIABLE`) or the signal
-    that killed it. When rank 0 fails with a :class:`~trainspec.CollectiveError` (a peer
-    died) the launcher waits up to ``grace_period`` for the rank that caused it and blames
-    that one. A ``KeyboardInterrupt`` stops every rank and is re-raised as it is.
+    that killed it.
+
+    A rank that failed with a *secondary* error (a :class:`~trainspec.CollectiveError` or an
+    error of ``torch.distributed``: its collective timed out or lost its peer) is the echo of
+    another rank's failure, so the launcher waits up to ``grace_period`` for a primary one
+    (another exception, a non-zero exit code, a signal) and blames it if it comes. If none
+    comes and a started rank is still running when the grace period ends, that rank is
+    presumed hung and blamed: the error names it, carries its threads' stacks (asked for with
+    SIGUSR2 through :mod:`faulthandler`, when the rank's code left SIGUSR2 alone) and the
+    secondary error as context. Otherwise the rank with the secondary error is blamed. A
+    ``KeyboardInterrupt`` stops every rank and is re-raised as it is.
+
+    Processes a started rank (1 ... N-1) started do not outlive the launch: when such a rank
+    has exited, normally or not, the launcher sends SIGTERM to its process group (SIGKILL
+    after ``grace_period`` seconds to whatever is still alive) before it reaps the rank, and
+    ``launch`` never returns or raises with a process of such a group running. Rank 0 is this
+    process: what *it* starts is its own business. A process a rank moved out of its group
+    (``setsid``) is not followed.
 
     Not guaranteed: rank 0 runs in this process, so another rank's failure reaches it only
     through its next collective (which raises :class:`~trainspec.PeerFailureError`), or when
-    its function returns. Not usable interactively (:attr:`is_interactive_compatible` is
+    its function returns; a started rank that exits meanwhile is reaped, and its group
+    stopped, only then. Not usable interactively (:attr:`is_interactive_compatible` is
     ``False``): there is no script to re-run; use
     :class:`~trainspec.reference.launchers.MultiprocessingLauncher` there.
 
@@ -150,12 +175,13 @@ class SubprocessScriptLauncher(Launcher):
                 result = function(*args, **kwargs)
             except Exception as error:
                 raise self._failure_after_rank_zero_error(error, ranks, workdir) from error
-            failed = self._wait_for_ranks(ranks)
-            if failed is not None:
+            failure = self._wait_for_ranks(ranks, workdir)
+            if failure is not None:
                 stop_ranks(ranks, self._grace_period)
-                raise self._child_error(failed, workdir)
+                raise failure
             return result
         finally:
+            # Also after a success: what ranks 1..N-1 left running in their groups is stopped.
             stop_ranks(ranks, self._grace_period)
             for name, value in saved.items():
                 if value is None:
@@ -193,46 +219,123 @@ class SubprocessScriptLauncher(Launcher):
             ) from error
         return PopenRank(rank, process)
 
-    def _wait_for_ranks(self, ranks: list[PopenRank]) -> PopenRank | None:
-        """Wait until every rank exited; the first that failed, or ``None``."""
+    def _wait_for_ranks(self, ranks: list[PopenRank], workdir: Path) -> LaunchError | None:
+        """After rank 0 succeeded: wait until every started rank exited (stopping what each
+        left in its group); the error for the rank to blame, or ``None``."""
+        deadline: float | None = None
         while True:
-            running = False
-            for rank in ranks:
-                code = rank.exit_code()
-                if code is None:
-                    running = True
-                elif code != 0:
-                    return rank
-            if not running:
+            running = self._poll(ranks)
+            failed = [rank for rank in ranks if rank.exit_code() not in (None, 0)]
+            primary = [rank for rank in failed if not self._reported_secondary(rank, workdir)]
+            if primary:
+                return self._child_error(primary[0], workdir)
+            if failed and not running:
+                return self._child_error(failed[0], workdir)
+            if failed and deadline is None:
+                deadline = time.monotonic() + self._grace_period
+            if deadline is not None and time.monotonic() >= deadline:
+                return self._hung_error(
+                    running,
+                    failed[0].rank,
+                    self._report_text(failed[0], workdir),
+                    [rank.rank for rank in failed[1:]],
+                    workdir,
+                )
+            if not running and all(rank.released for rank in ranks):
                 return None
             time.sleep(_POLL_SECONDS)
+
+    def _poll(self, ranks: list[PopenRank]) -> list[PopenRank]:
+        """The ranks still running; those that exited get their groups stopped and are
+        reaped (without blocking)."""
+        running = []
+        for rank in ranks:
+            if rank.exit_code() is None:
+                running.append(rank)
+            else:
+                rank.release(self._grace_period)
+        return running
 
     def _failure_after_rank_zero_error(
         self, error: Exception, ranks: list[PopenRank], workdir: Path
     ) -> LaunchError:
-        # A collective error on rank 0 is usually the echo of another rank's failure: give
-        # that rank the grace period to exit, and blame it if it does.
-        if isinstance(error, CollectiveError):
+        text = "".join(traceback.format_exception(error))
+        # A secondary error on rank 0 (a collective that timed out or lost its peer) is the
+        # echo of another rank's failure: give that rank the grace period to exit, and blame
+        # it if it does; blame a rank that is still running after it (hung).
+        if is_secondary(error):
             deadline = time.monotonic() + self._grace_period
-            while time.monotonic() < deadline:
-                for rank in ranks:
-                    code = rank.exit_code()
-                    if code is not None and code != 0:
-                        stop_ranks(ranks, self._grace_period)
-                        return self._child_error(rank, workdir)
+            while True:
+                running = self._poll(ranks)
+                failed = [rank for rank in ranks if rank.exit_code() not in (None, 0)]
+                primary = [rank for rank in failed if not self._reported_secondary(rank, workdir)]
+                if primary:
+                    stop_ranks(ranks, self._grace_period)
+                    return self._child_error(primary[0], workdir)
+                if not running:
+                    break
+                if time.monotonic() >= deadline:
+                    hung = self._hung_error(
+                        running, 0, text, [rank.rank for rank in failed], workdir
+                    )
+                    stop_ranks(ranks, self._grace_period)
+                    return hung
                 time.sleep(_POLL_SECONDS)
         stop_ranks(ranks, self._grace_period)
-        text = "".join(traceback.format_exception(error))
         return LaunchError(f"rank 0 failed:\n{text}", rank=0)
+
+    def _hung_error(
+        self,
+        running: list[PopenRank],
+        secondary: int,
+        secondary_text: str,
+        also_secondary: list[int],
+        workdir: Path,
+    ) -> LaunchError:
+        """Blame ``running[0]`` (still running a grace period after rank ``secondary``
+        failed with a secondary error), with its stacks when it can give them."""
+        culprit = running[0]
+        stack = request_stack(culprit, workdir / f"rank-{culprit.rank}.traceback.stack")
+        message = hung_rank_message(
+            [rank.rank for rank in running],
+            secondary,
+            secondary_text,
+            self._grace_period,
+            stack,
+            also_secondary=also_secondary,
+        )
+        return LaunchError(message, rank=culprit.rank)
+
+    @staticmethod
+    def _read_report(rank: PopenRank, workdir: Path) -> tuple[str, str]:
+        """``(kind, traceback)`` that the rank wrote (kind: ``primary`` or ``secondary``);
+        ``("", "")`` if it wrote none."""
+        try:
+            text = (workdir / f"rank-{rank.rank}.traceback").read_text(encoding="utf-8")
+        except OSError:
+            return "", ""
+        kind, _, body = text.partition("\n")
+        if kind not in (_PRIMARY, _SECONDARY):
+            return "", text
+        return kind, body
+
+    def _reported_secondary(self, rank: PopenRank, workdir: Path) -> bool:
+        """Whether a rank that exited with a non-zero code reported a secondary error (an
+        exit by a signal, or without a report, is primary)."""
+        code = rank.exit_code()
+        return code is not None and code > 0 and self._read_report(rank, workdir)[0] == _SECONDARY
+
+    def _report_text(self, rank: PopenRank, workdir: Path) -> str:
+        code = rank.exit_code()
+        text = self._read_report(rank, workdir)[1]
+        if text:
+            return text
+        return f"it {describe_exit_code(code)}." if code is not None else "it failed."
 
     def _child_error(self, rank: PopenRank, workdir: Path) -> LaunchError:
         code = rank.exit_code()
         how = describe_exit_code(code) if code is not None else "was stopped"
-        report = workdir / f"rank-{rank.rank}.traceback"
-        try:
-            text = report.read_text(encoding="utf-8")
-        except OSError:
-            text = ""
+        text = self._read_report(rank, workdir)[1]
         if text:
             return LaunchError(f"rank {rank.rank} failed ({how}):\n{text}", rank=rank.rank)
         if code is not None and code < 0:
@@ -275,12 +378,15 @@ def _run_rank_zero_alone(function: Callable[_P, _R], *args: _P.args, **kwargs: _
 
 
 def _run_started_rank(function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    path = os.environ.get(ERROR_FILE_VARIABLE)
+    if path:
+        enable_stack_dump(f"{path}.stack")
     try:
         return function(*args, **kwargs)
     except BaseException as error:
-        path = os.environ.get(ERROR_FILE_VARIABLE)
         if path:
-            text = "".join(traceback.format_exception(error))
+            kind = _SECONDARY if is_secondary(error) else _PRIMARY
+            text = kind + "\n" + "".join(traceback.format_exception(error))
             staging = f"{path}.partial"
             try:
                 Path(staging).write_text(text, encoding="utf-8")

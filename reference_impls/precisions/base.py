@@ -17,6 +17,7 @@ import torch
 
 from trainspec.errors import ConfigurationError, LifecycleError
 from trainspec.precision import Precision
+from trainspec.reference._messages import describe_value
 from trainspec.reference.precisions.conversion import (
     DefaultDtype,
     cast_floating_tensors,
@@ -94,7 +95,8 @@ class DtypePrecision(Precision):
         """
         if not isinstance(device, torch.device):
             raise ConfigurationError(
-                f"setup expects a torch.device, got {device!r} ({type(device).__name__})"
+                f"setup expects a torch.device, got {describe_value(device)} "
+                f"({type(device).__name__})"
             )
         if self._device is not None:
             if device == self._device:
@@ -130,17 +132,19 @@ class DtypePrecision(Precision):
         if not isinstance(state_dict, Mapping) or len(state_dict) != 0:
             raise ConfigurationError(
                 f"precision {flag!r} has no state; load_state_dict expects {{}} (what its "
-                f"state_dict() returns), got {state_dict!r}"
+                f"state_dict() returns), got {describe_value(state_dict)}"
             )
 
 
 def check_flag(flag: object, allowed: tuple[PrecisionFlag, ...], kind: str) -> PrecisionFlag:
     """``flag`` as a :data:`~trainspec.PrecisionFlag` if it is one of ``allowed``."""
-    for known in allowed:
-        if flag == known:
-            return known
+    if isinstance(flag, str):  # '==' with a numpy array gives an array: compare strings only
+        for known in allowed:
+            if flag == known:
+                return known
     other = [f for f in PRECISION_FLAGS if f not in allowed]
     raise ConfigurationError(
-        f"{kind} does not implement precision flag {flag!r}; valid: {', '.join(allowed)} "
+        f"{kind} does not implement precision flag {describe_value(flag)}; valid: "
+        f"{', '.join(allowed)} "
         f"(other flags: {', '.join(other)}; see precision_for_flag)"
     )

@@ -6,6 +6,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
 
 from trainspec.errors import ConfigurationError
+from trainspec.reference._messages import describe_value
 from trainspec.reference.precisions.mixed import BFloat16MixedPrecision, Float16MixedPrecision
 from trainspec.reference.precisions.true import (
     BFloat16Precision,
@@ -42,9 +43,11 @@ def precision_for_flag(flag: str) -> Precision:
         ConfigurationError: ``flag`` is not one of :data:`~trainspec.PRECISION_FLAGS`; the
             message lists them.
     """
-    for known, factory in PRECISION_CLASSES.items():
-        if flag == known:
-            return factory()
+    # Compare only strings: '==' with a numpy array gives an array, whose truth value raises.
+    if isinstance(flag, str):
+        for known, factory in PRECISION_CLASSES.items():
+            if flag == known:
+                return factory()
     raise ConfigurationError(
-        f"unknown precision flag {flag!r}; valid: {', '.join(PRECISION_FLAGS)}"
+        f"unknown precision flag {describe_value(flag)}; valid: {', '.join(PRECISION_FLAGS)}"
     )

@@ -24,6 +24,7 @@ from typing import Final
 import torch
 
 from trainspec.errors import ConfigurationError, LifecycleError
+from trainspec.reference._messages import describe_value
 
 __all__ = ["DEFAULT_SCALER_STATE", "LossScaler", "ScalerState"]
 
@@ -70,12 +71,17 @@ class ScalerState:
         scale = _number(state, "scale", lambda v: v > 0, "a finite number > 0")
         growth = _number(state, "growth_factor", lambda v: v > 1, "a finite number > 1")
         backoff = _number(state, "backoff_factor", lambda v: 0 < v < 1, "a number in (0, 1)")
-        interval = _integer(state, "growth_interval", lambda v: v >= 1, "an int >= 1")
+        interval = _integer(
+            state, "growth_interval", lambda v: 1 <= v <= _MAX_INT64, f"an int in 1..{_MAX_INT64}"
+        )
         tracker = _integer(
             state, "growth_tracker", lambda v: 0 <= v < interval, f"an int in 0..{interval - 1}"
         )
         return cls(float(scale), float(growth), float(backoff), interval, tracker)
 
+
+_MAX_INT64: Final = 2**63 - 1
+"""The largest ``growth_interval``: torch keeps it as a C ``int64``."""
 
 _FIELDS: Final = frozenset(
     ("scale", "growth_factor", "backoff_factor", "growth_interval", "growth_tracker")
@@ -91,14 +97,19 @@ def _number(
     state: Mapping[str, object], key: str, valid: Callable[[float], bool], allowed: str
 ) -> float:
     value = state[key]
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not valid(value)
-    ):
-        raise ConfigurationError(f"loss-scaler state {key!r} must be {allowed}, got {value!r}")
-    return float(value)
+    # Type first, then the float conversion (an int above ~1e308 has none: OverflowError),
+    # then the range on the float.
+    number: float | None = None
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = None
+    if number is None or not math.isfinite(number) or not valid(number):
+        raise ConfigurationError(
+            f"loss-scaler state {key!r} must be {allowed}, got {describe_value(value)}"
+        )
+    return number
 
 
 def _integer(
@@ -106,7 +117,9 @@ def _integer(
 ) -> int:
     value = state[key]
     if isinstance(value, bool) or not isinstance(value, int) or not valid(value):
-        raise ConfigurationError(f"loss-scaler state {key!r} must be {allowed}, got {value!r}")
+        raise ConfigurationError(
+            f"loss-scaler state {key!r} must be {allowed}, got {describe_value(value)}"
+        )
     return value
 
 

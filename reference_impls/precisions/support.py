@@ -13,6 +13,7 @@ import warnings
 import torch
 
 from trainspec.errors import ConfigurationError, DeviceUnavailableError, UnsupportedError
+from trainspec.reference._messages import describe_value
 
 __all__ = [
     "check_autocast_support",
@@ -31,7 +32,7 @@ def check_device_reachable(device: object) -> torch.device:
     """
     if not isinstance(device, torch.device):
         raise ConfigurationError(
-            f"setup expects a torch.device, got {device!r} ({type(device).__name__})"
+            f"setup expects a torch.device, got {describe_value(device)} ({type(device).__name__})"
         )
     try:
         torch.empty(1, device=device)

@@ -26,6 +26,7 @@ from trainspec.errors import (
 )
 from trainspec.launcher import Launcher
 from trainspec.precision import Precision
+from trainspec.reference._messages import describe_value
 from trainspec.strategy import Strategy
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ class StrategyBase(Strategy):
         self._launcher: Launcher | None = launcher
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
             raise ConfigurationError(
-                f"{name}: num_nodes must be a positive int; got {num_nodes!r}."
+                f"{name}: num_nodes must be a positive int; got {describe_value(num_nodes)}."
             )
         self._num_nodes = num_nodes
         devices = (

@@ -41,6 +41,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from trainspec.capabilities import BackwardSyncControl
 from trainspec.errors import ConfigurationError, UnsupportedError
+from trainspec.reference._messages import describe_value
 from trainspec.reference.collectives.torch_dist import TorchCollective
 from trainspec.reference.environments.detection import detect_environment
 from trainspec.reference.launchers.spawn import MultiprocessingLauncher
@@ -159,9 +160,10 @@ class DDPStrategy(StrategyBase, BackwardSyncControl):
         )
         if num_nodes > 1 and not self.cluster_environment.creates_processes_externally:
             raise ConfigurationError(
-                f"{_NAME}: num_nodes={num_nodes} needs ranks started on every node by "
-                "torchrun or srun; the local launchers start the ranks of one machine only "
-                f"(cluster environment: {self.cluster_environment!r})."
+                f"{_NAME}: num_nodes={describe_value(num_nodes)} needs ranks started on every "
+                "node by torchrun or srun; the local launchers start the ranks of one machine only "
+                f"(cluster environment: {self.cluster_environment!r}); on one machine use "
+                "strategy 'ddp' with num_nodes=1."
             )
         self._start_method: DDPStartMethod = start_method
         self._sampler_seed = sampler_seed

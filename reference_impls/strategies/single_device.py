@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from trainspec.capabilities import BackwardSyncControl
 from trainspec.errors import ConfigurationError
+from trainspec.reference._messages import describe_value
 from trainspec.reference.collectives.single import SingleProcessCollective
 from trainspec.reference.strategies.base import StrategyBase
 
@@ -66,8 +67,9 @@ class SingleDeviceStrategy(StrategyBase, BackwardSyncControl):
             )
         if num_nodes != 1 and not isinstance(num_nodes, bool) and isinstance(num_nodes, int):
             raise ConfigurationError(
-                f"SingleDeviceStrategy runs on one node; got num_nodes={num_nodes}. Use "
-                "strategy='ddp' for multi-node training."
+                "SingleDeviceStrategy runs on one node; got "
+                f"num_nodes={describe_value(num_nodes)}. Use strategy='ddp' for multi-node "
+                "training."
             )
         super().__init__(
             accelerator=accelerator,

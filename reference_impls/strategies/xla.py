@@ -33,6 +33,7 @@ import torch
 
 from trainspec.capabilities import StepBoundary
 from trainspec.errors import ConfigurationError, DeviceUnavailableError
+from trainspec.reference._messages import describe_value
 from trainspec.reference.collectives.single import SingleProcessCollective
 from trainspec.reference.collectives.torch_dist import TorchCollective
 from trainspec.reference.environments.local import LocalEnvironment
@@ -98,8 +99,9 @@ class XLAStrategy(StrategyBase, StepBoundary):
         ``"fork"``, for ``xmp.spawn``). ``num_nodes`` must be 1."""
         if num_nodes != 1:
             raise ConfigurationError(
-                f"{_NAME}: num_nodes must be 1 (multi-host XLA runs are not supported by this "
-                f"reference strategy); got {num_nodes!r}."
+                f"{_NAME}: strategy 'xla' supports num_nodes=1 only (multi-host XLA runs are "
+                f"not supported by this reference strategy); got "
+                f"num_nodes={describe_value(num_nodes)}."
             )
         if start_method not in ("spawn", "fork"):
             raise ConfigurationError(

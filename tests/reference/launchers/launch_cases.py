@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from trainspec import LaunchError, PeerFailureError
+from trainspec import CollectiveTimeoutError, LaunchError, PeerFailureError
 from trainspec.reference.launchers import MultiprocessingLauncher, SubprocessScriptLauncher
 from trainspec.reference.launchers.subprocess_script import CHILD_RANK_VARIABLE
 
@@ -34,6 +34,12 @@ def _wait_for(path: Path) -> None:
     raise AssertionError(f"{path} never appeared")
 
 
+def _start_helper(root: Path, name: str) -> None:
+    """A process of this rank's own (in its process group), its pid in ``root / name``."""
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    (root / name).write_text(str(helper.pid))
+
+
 def work(case: str, workdir: str) -> dict[str, str]:
     rank = int(os.environ["RANK"])
     root = Path(workdir)
@@ -43,6 +49,9 @@ def work(case: str, workdir: str) -> dict[str, str]:
     }
     (root / f"rank-{rank}.json").write_text(json.dumps(seen))
     if case == "ok":
+        if rank > 0:
+            # Left behind by a rank that succeeds: must not outlive the launch either.
+            _start_helper(root, f"helper-of-rank-{rank}.pid")
         return seen
     if rank == 2:
         # A long-running rank with a process of its own: both must be stopped.
@@ -53,6 +62,9 @@ def work(case: str, workdir: str) -> dict[str, str]:
         return seen
     if rank == 1:
         _wait_for(root / "grandchild.pid")
+        if case in ("exit", "segv"):
+            # A rank that dies on its own: what it started must be stopped all the same.
+            _start_helper(root, "helper-of-rank-1.pid")
         if case in ("raise", "blame"):
             time.sleep(0.5 if case == "blame" else 0)
             raise ValueError("boom from rank 1")
@@ -67,6 +79,10 @@ def work(case: str, workdir: str) -> dict[str, str]:
         raise RuntimeError("boom from rank 0")
     if case == "blame":
         raise PeerFailureError("simulated: a peer closed its connection")
+    if case == "hang":
+        # Rank 2 never arrives (it sleeps): rank 0's collective times out, rank 1 finishes.
+        _wait_for(root / "grandchild.pid")
+        raise CollectiveTimeoutError("simulated: all_reduce did not complete within 1 s")
     return seen
 
 

@@ -48,13 +48,22 @@ def run_case(kind: str, case: str, workdir: Path) -> dict[str, object]:
     return outcome
 
 
+def assert_dead(pid: int) -> None:
+    """``pid`` (not a child of this process) is gone, or dead and not yet reaped by init."""
+    try:
+        status = psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return
+    assert status == psutil.STATUS_ZOMBIE, f"process {pid} outlived the launch"
+
+
 def assert_everything_stopped(outcome: dict[str, object], workdir: Path) -> None:
     assert outcome["alive_children"] == []
     assert outcome["rank_variable_left"] is False
     assert not (workdir / "rank-2-finished").exists()
-    pid = int((workdir / "grandchild.pid").read_text())
-    if psutil.pid_exists(pid):  # reparented and not yet reaped by init: must be dead
-        assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert_dead(int((workdir / "grandchild.pid").read_text()))
+    for helper in workdir.glob("helper-of-rank-*.pid"):
+        assert_dead(int(helper.read_text()))
 
 
 @pytest.mark.parametrize("kind", ["script", "spawn"])
@@ -68,6 +77,11 @@ def test_launch_runs_every_rank_and_returns_rank_zero_result(kind: str, tmp_path
     assert outcome["result"] == seen[0]
     assert outcome["alive_children"] == []
     assert outcome["rank_variable_left"] is False
+    # What ranks 1 and 2 left running in their process groups was stopped as well.
+    helpers = sorted(tmp_path.glob("helper-of-rank-*.pid"))
+    assert [path.name for path in helpers] == ["helper-of-rank-1.pid", "helper-of-rank-2.pid"]
+    for helper in helpers:
+        assert_dead(int(helper.read_text()))
 
 
 @pytest.mark.parametrize(
@@ -96,6 +110,27 @@ def test_a_failing_rank_stops_the_others_and_is_named(
     assert expected in message
     if expected.endswith(("1", "0")):  # a raised exception: its traceback comes along
         assert "Traceback (most recent call last)" in message
+    if case in ("exit", "segv"):  # rank 1 started a helper before it died
+        assert (tmp_path / "helper-of-rank-1.pid").exists()
+    assert_everything_stopped(outcome, tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["script", "spawn"])
+def test_a_rank_still_running_after_a_peer_timed_out_is_blamed_as_hung(
+    kind: str, tmp_path: Path
+) -> None:
+    # Rank 0's collective times out (a secondary error), rank 1 succeeds, rank 2 sleeps on.
+    outcome = run_case(kind, "hang", tmp_path)
+    assert outcome["error"] == "LaunchError"
+    assert outcome["rank"] == 2
+    message = str(outcome["message"])
+    assert message.splitlines()[0].startswith("rank 2 is presumed hung"), message
+    # Where it hung (faulthandler's dump of its threads) ...
+    assert "rank 2's threads when it was stopped" in message
+    assert "in work" in message and "launch_cases.py" in message
+    # ... and the timeout of rank 0, kept as context.
+    assert "rank 0 failed with:" in message
+    assert "CollectiveTimeoutError: simulated: all_reduce did not complete" in message
     assert_everything_stopped(outcome, tmp_path)
 
 
