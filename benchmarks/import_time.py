@@ -33,7 +33,10 @@ def measure(module: str) -> tuple[float, bool]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repetitions", type=int, default=7)
+    parser.add_argument("--smoke", action="store_true", help="one repetition")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.repetitions = 1
     modules = ["trainspec", "torch"]
     if importlib.util.find_spec("lightning") is not None:
         modules.append("lightning.fabric")
