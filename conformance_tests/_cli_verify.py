@@ -12,11 +12,12 @@ Exit status: 0 every target conforms, 1 a conformance failure, 2 a usage error.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from trainspec import ConfigurationError
 from trainspec.conformance._cli_common import (
@@ -30,7 +31,10 @@ from trainspec.conformance.core import KINDS, LAYERS
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from trainspec.conformance.report import Report
+    from trainspec.conformance.builtin_targets import BuiltinTarget
+    from trainspec.conformance.core import Target
+    from trainspec.conformance.distributed import World
+    from trainspec.conformance.report import Report, TargetReport
 
 __all__ = ["COMMAND"]
 
@@ -127,6 +131,14 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="fail a check that runs longer than this (default 300; 0 disables the watchdog)",
     )
+    parser.add_argument(
+        "--world-size",
+        type=_world_size,
+        default=None,
+        metavar="N",
+        help="run the collective or strategy TARGET on N local ranks (gloo on CPU) through "
+        "the distributed harness, with the distributed and end-to-end checks",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the JSON report to PATH")
     parser.add_argument("--junit", metavar="PATH", help="write a JUnit XML report to PATH")
     parser.add_argument(
@@ -141,6 +153,14 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="list every result even when verifying several targets",
     )
+
+
+def _world_size(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 4 or int(text) < 2:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of ranks from 2 to 9999; got {quote_argument(text)}"
+        )
+    return int(text)
 
 
 def _pairs(values: Sequence[str], flag: str, what: str) -> dict[str, str]:
@@ -181,13 +201,18 @@ def _run(args: argparse.Namespace) -> int:
             )
             if value
         ]
+        if args.world_size is not None:
+            given.append("--world-size")
         if given:
             raise UsageError(
                 f"{', '.join(given)} need a TARGET (they describe one implementation); "
                 "usage: trainspec verify KIND TARGET [options]"
             )
         report = _run_builtin(kind, layers, timeout, quiet=args.quiet)
-        report.render(console, quiet=args.quiet or not args.verbose)
+        if args.verbose:
+            report.render(console)
+        else:
+            report.render_matrix(console)
     else:
         assert kind is not None  # argparse fills KIND before TARGET
         if os.getcwd() not in sys.path:  # `trainspec` is a script: find the user's modules
@@ -199,21 +224,53 @@ def _run(args: argparse.Namespace) -> int:
             expected_failures=xfails,
             options=options,
         )
-        session = TargetSession(target, layers=layers, select=select or None, timeout_s=timeout)
-        if not args.quiet:
-            console.print(f"[dim]verifying {kind} {session.name} ...[/dim]")
-        report = Report(targets=(session.report(),))
+        if args.world_size is not None:
+            report = _run_distributed(target, args.world_size, layers, select, timeout)
+        else:
+            session = TargetSession(target, layers=layers, select=select or None, timeout_s=timeout)
+            if not args.quiet:
+                console.print(f"[dim]verifying {kind} {session.name} ...[/dim]")
+            report = Report(targets=(session.report(),))
         report.render(console, quiet=args.quiet)
     _write_outputs(report, args.json, args.junit)
     return 0 if report.ok else 1
+
+
+def _run_distributed(
+    target: Target[object],
+    world_size: int,
+    layers: list[str] | None,
+    select: list[str],
+    timeout: float | None,
+    world: World | None = None,
+) -> Report:
+    from trainspec.conformance.distributed import DISTRIBUTED_KINDS, verify_distributed
+
+    if target.kind not in DISTRIBUTED_KINDS:
+        raise UsageError(
+            f"--world-size runs kinds {', '.join(DISTRIBUTED_KINDS)} on several ranks; "
+            f"{target.kind} is verified in one process (drop --world-size)"
+        )
+    return verify_distributed(
+        target,
+        world_size=world_size,
+        layers=[layer for layer in layers if layer != "structure"] if layers else None,
+        select=select or None,
+        timeout_s=timeout if timeout is not None else DEFAULT_DISTRIBUTED_TIMEOUT_S,
+        world=world,
+    )
+
+
+DEFAULT_DISTRIBUTED_TIMEOUT_S: Final = 300.0
+"""A check's limit on the ranks when ``--timeout 0`` disabled the in-process watchdog: the
+harness never waits without a limit."""
 
 
 def _run_builtin(
     kind: str | None, layers: list[str] | None, timeout: float | None, *, quiet: bool
 ) -> Report:
     from trainspec.conformance.builtin_targets import builtin_targets
-    from trainspec.conformance.report import Report, TargetReport
-    from trainspec.conformance.runner import TargetSession
+    from trainspec.conformance.report import Report
 
     console = make_console()
     targets: list[TargetReport] = []
@@ -223,29 +280,63 @@ def _run_builtin(
             f"there is no built-in {kind} target to verify; give one: trainspec verify "
             f"{kind} package.module:Factory"
         )
-    for entry in entries:
-        try:
-            target = entry.load()
-        except ConfigurationError as error:
-            targets.append(
-                TargetReport(kind=entry.kind, name=entry.name, skipped=_one_line(str(error)))
-            )
-            continue
-        if not quiet:
-            console.print(f"[dim]verifying {entry.kind} {entry.name} ...[/dim]")
-        try:
-            session = TargetSession(target, layers=layers, timeout_s=timeout)
-        except ConfigurationError as error:  # a bad row in the table: a failure, not usage
-            targets.append(
-                TargetReport(
-                    kind=entry.kind,
-                    name=entry.name,
-                    problems=(f"built-in target is misconfigured: {error}",),
-                )
-            )
-            continue
-        targets.append(session.report())
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    worlds: dict[int, World] = {}
+    progress = Progress(
+        TextColumn("[bold]verify[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=quiet,
+    )
+    try:
+        with progress:
+            task = progress.add_task("", total=len(entries))
+            for entry in entries:
+                progress.update(task, description=f"{entry.kind}: {entry.name}")
+                targets.extend(_run_entry(entry, layers, timeout, worlds))
+                progress.advance(task)
+    finally:
+        for world in worlds.values():
+            world.close()
     return Report(targets=tuple(targets))
+
+
+def _run_entry(
+    entry: BuiltinTarget,
+    layers: list[str] | None,
+    timeout: float | None,
+    worlds: dict[int, World],
+) -> list[TargetReport]:
+    from trainspec.conformance.report import TargetReport
+    from trainspec.conformance.runner import TargetSession
+
+    try:
+        target = entry.load()
+    except ConfigurationError as error:
+        return [TargetReport(kind=entry.kind, name=entry.name, skipped=_one_line(str(error)))]
+    if entry.world_size is not None:
+        from trainspec.conformance.distributed import World
+
+        world = worlds.get(entry.world_size)
+        if world is None:
+            world = worlds[entry.world_size] = World(world_size=entry.world_size)
+        report = _run_distributed(target, entry.world_size, layers, [], timeout, world)
+        return [dataclasses.replace(t, name=entry.name) for t in report.targets]
+    try:
+        session = TargetSession(target, layers=layers, timeout_s=timeout)
+    except ConfigurationError as error:  # a bad row in the table: a failure, not usage
+        return [
+            TargetReport(
+                kind=entry.kind,
+                name=entry.name,
+                problems=(f"built-in target is misconfigured: {error}",),
+            )
+        ]
+    return [session.report()]
 
 
 def _write_outputs(report: Report, json_path: str | None, junit_path: str | None) -> None:

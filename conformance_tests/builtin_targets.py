@@ -20,6 +20,8 @@ __all__ = [
     "BUILTIN_TARGETS",
     "BuiltinTarget",
     "builtin_targets",
+    "ddp_strategy_for_this_world",
+    "spawn_launcher",
     "trusted_background_io",
     "trusted_torch_io",
 ]
@@ -41,6 +43,8 @@ class BuiltinTarget:
     optional_capabilities: Mapping[str, str] = field(default_factory=dict)
     """Capabilities declared only when a module is importable here: name -> module name
     (``{"fsspec_urls": "fsspec"}``)."""
+    world_size: int | None = None
+    """Run on this many local ranks through the distributed harness (``None``: in-process)."""
 
     def load(self) -> Target[object]:
         """The target this row describes, importing its factory and option values.
@@ -92,6 +96,25 @@ def trusted_background_io() -> object:
     return BackgroundCheckpointIO(TorchCheckpointIO(weights_only=False))
 
 
+def ddp_strategy_for_this_world() -> object:
+    """A ``DDPStrategy`` with one CPU device per rank of the harness's world (``WORLD_SIZE``)."""
+    import os
+
+    import torch
+
+    from trainspec.reference.strategies.ddp import DDPStrategy
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    return DDPStrategy(parallel_devices=[torch.device("cpu")] * world_size)
+
+
+def spawn_launcher() -> object:
+    """A two-process ``MultiprocessingLauncher`` (spawn)."""
+    from trainspec.reference.launchers.spawn import MultiprocessingLauncher
+
+    return MultiprocessingLauncher(2)
+
+
 _HERE: Final = "trainspec.conformance.builtin_targets"
 
 _TORCH_FORMAT: Final = frozenset({"python_objects", "strided_tensors", "shared_storage", "pickle"})
@@ -140,9 +163,30 @@ BUILTIN_TARGETS: Final[tuple[BuiltinTarget, ...]] = (
         "cluster_environment", "local", "trainspec.reference.environments.local:LocalEnvironment"
     ),
     BuiltinTarget(
+        "launcher",
+        "spawn",
+        f"{_HERE}:spawn_launcher",
+        capabilities=frozenset({"multi_process"}),
+        options={"num_processes": 2},
+    ),
+    BuiltinTarget(
         "strategy",
         "single_device",
         "trainspec.reference.strategies.single_device:SingleDeviceStrategy",
+        capabilities=frozenset({"backward_sync"}),
+    ),
+    BuiltinTarget(
+        "collective",
+        "torch (2 gloo ranks)",
+        "trainspec.reference.collectives.torch_dist:TorchCollective",
+        world_size=2,
+    ),
+    BuiltinTarget(
+        "strategy",
+        "ddp (2 gloo ranks)",
+        f"{_HERE}:ddp_strategy_for_this_world",
+        capabilities=frozenset({"backward_sync", "data_parallel"}),
+        world_size=2,
     ),
 )
 """Every built-in target, in the order ``trainspec verify`` runs them."""

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, cast
 
 import trainspec
+from trainspec.conformance.core import LAYERS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -513,7 +514,109 @@ class Report:
             console.print(Text(line, style=_VERDICT_STYLES[target.verdict]))
         console.print(Text(self.summary_line(), style="bold " + ("green" if self.ok else "red")))
 
+    def render_matrix(self, console: Console | None = None) -> None:
+        """Print one row per target and one column per layer (counts by status), the skip
+        reasons, every result that fails the run, and the summary line."""
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
 
+        console = console if console is not None else Console()
+        table = Table(title="trainspec verify", title_justify="left", expand=False)
+        table.add_column("Implementation", no_wrap=True)
+        for layer in LAYERS:
+            table.add_column(_LAYER_HEADERS[layer], no_wrap=True)
+        table.add_column("Verdict", no_wrap=True, min_width=7)
+        for target in self.targets:
+            cells: list[Text] = []
+            for layer in LAYERS:
+                counts = Counter(r.status for r in target.results if r.layer == layer)
+                if not counts:
+                    cells.append(Text("-", style="dim"))
+                    continue
+                cell = Text()
+                for status in _MATRIX_ORDER:
+                    if counts.get(status):
+                        if cell:
+                            cell.append(" ")
+                        cell.append(f"{counts[status]} {_SHORT[status]}", style=_STYLES[status])
+                cells.append(cell)
+            table.add_row(
+                f"{target.kind}: {target.name}",
+                *cells,
+                Text(target.verdict, style=_VERDICT_STYLES[target.verdict]),
+            )
+        console.print(table)
+        for target in self.targets:
+            why = (
+                target.skipped
+                if target.skipped is not None
+                else _skip_summary([r.message for r in target.results if r.status == "skipped"])
+            )
+            if why:
+                console.print(Text(f"  {target.kind}: {target.name}: skipped: {why}", "dim"))
+        failing = [
+            (target, r)
+            for target in self.targets
+            for r in target.results
+            if r.status in FAILING_STATUSES
+        ]
+        for target, result in failing:
+            console.print(
+                Text(
+                    f"{target.kind}: {target.name}: {result.clause} {result.check}: "
+                    f"{result.status}: {result.summary_line}",
+                    style="red",
+                )
+            )
+        for target in self.targets:
+            for problem in target.problems:
+                console.print(Text(f"{target.kind}: {target.name}: problem: {problem}", "red"))
+        console.print(Text(self.summary_line(), style="bold " + ("green" if self.ok else "red")))
+
+
+def _skip_summary(reasons: list[str]) -> str:
+    """A short line for the matrix: undeclared capabilities by name, then other reasons."""
+    prefix = "capability not declared: "
+    undeclared: list[str] = []
+    other = 0
+    for reason in reasons:
+        if reason.startswith(prefix):
+            for name in reason[len(prefix) :].split(","):
+                if name.strip() and name.strip() not in undeclared:
+                    undeclared.append(name.strip())
+        else:
+            other += 1
+    parts = [f"not declared: {', '.join(undeclared)}"] if undeclared else []
+    if other:
+        parts.append(f"{other} not applicable")
+    return "; ".join(parts)
+
+
+_LAYER_HEADERS: Final[dict[str, str]] = {
+    "structure": "structure",
+    "behaviour": "behaviour",
+    "distributed": "distributed",
+    "end_to_end": "end-to-end",
+}
+_SHORT: Final[dict[str, str]] = {
+    "passed": "ok",
+    "failed": "FAILED",
+    "error": "ERROR",
+    "xpassed": "XPASS",
+    "blocked": "blocked",
+    "xfailed": "xfail",
+    "skipped": "skip",
+}
+_MATRIX_ORDER: Final[tuple[Status, ...]] = (
+    "failed",
+    "error",
+    "xpassed",
+    "blocked",
+    "passed",
+    "xfailed",
+    "skipped",
+)
 _STYLES: Final[dict[str, str]] = {
     "passed": "green",
     "failed": "bold red",

@@ -1,7 +1,6 @@
 """Minimal reproducers of the launcher faults found by ``test_ranks_spawn.py`` and
 ``test_ranks_script.py``: the ``MultiprocessingLauncher`` alone, two ranks that import no
-torch, a one-second grace period. Strict xfails: each turns into a failure (XPASS) once the
-launcher is fixed, and the mark must then go (here and in the DDP-level tests)."""
+torch, a one-second grace period. Both faults are fixed; these keep them fixed."""
 
 from __future__ import annotations
 
@@ -34,14 +33,6 @@ rs = _load_scenarios()
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs POSIX signals")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "launcher bug: with only secondary failures (a CollectiveError) at the end of the "
-        "grace period, MultiprocessingLauncher._supervise blames the rank that reported it, "
-        "not the rank still running (hung) that caused it"
-    ),
-)
 def test_a_hung_rank_is_blamed_rather_than_the_peer_that_timed_out() -> None:
     launcher = MultiprocessingLauncher(2, "spawn", grace_period=1.0)
     with rs.importable(), pytest.raises(LaunchError) as caught:
@@ -50,13 +41,6 @@ def test_a_hung_rank_is_blamed_rather_than_the_peer_that_timed_out() -> None:
     assert caught.value.rank == 1  # ... but the hung rank 1 is the one to blame
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "launcher bug: stop_ranks signals the process group of running ranks only; a rank "
-        "that exited on its own was reaped first, so the processes it started survive"
-    ),
-)
 def test_the_children_of_a_rank_that_died_are_stopped(tmp_path: Path) -> None:
     launcher = MultiprocessingLauncher(2, "spawn", grace_period=1.0)
     with rs.importable(), pytest.raises(LaunchError) as caught:

@@ -45,25 +45,6 @@ CASES = {
     "segv-rank1-barrier": rs.Case("segv", 1, "barrier", "subprocess"),
 }
 
-HUNG_RANK_NOT_BLAMED = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "launcher bug: SubprocessScriptLauncher blames rank 0 when rank 0's collective times "
-        "out because rank 1 hangs (it waits the grace period for a child that exited, finds "
-        "none, stops the hung rank 1 and raises LaunchError(rank=0)). Reproducer: "
-        "rank_scenarios.run_script_case(Case('hang', 1, 'all_reduce', 'subprocess'), tmp)."
-    ),
-)
-DEAD_RANKS_CHILDREN_LEFT = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "launcher bug: a rank that dies on its own is reaped before stop_ranks runs, so its "
-        "process group is never signalled and the processes it started outlive the launch. "
-        "Reproducer: rank_scenarios.run_script_case(Case('segv', 1, 'barrier', "
-        "'subprocess'), tmp).leftover_helper."
-    ),
-)
-
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
@@ -77,13 +58,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
             rs.kill_marked(outcome.marker)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param("hang-rank1-all_reduce", marks=HUNG_RANK_NOT_BLAMED),
-        "segv-rank1-barrier",
-    ],
-)
+@pytest.mark.parametrize("name", list(CASES))
 def test_the_launch_raises_launch_error_naming_the_culprit(
     outcomes: dict[str, Any], name: str
 ) -> None:
@@ -126,10 +101,7 @@ def test_no_rank_process_is_left(outcomes: dict[str, Any], name: str) -> None:
     assert len(pids) == 2
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["hang-rank1-all_reduce", pytest.param("segv-rank1-barrier", marks=DEAD_RANKS_CHILDREN_LEFT)],
-)
+@pytest.mark.parametrize("name", list(CASES))
 def test_the_processes_the_culprit_started_are_stopped(outcomes: dict[str, Any], name: str) -> None:
     outcome = outcomes[name]
     assert outcome.helper_pid is not None
