@@ -19,7 +19,7 @@ minute here); each test then checks one guarantee on every case:
 6. the processes the culprit itself started are stopped too.
 
 The two launcher faults these tests found (a hung rank not blamed; the children of a rank
-that died on its own left running) are fixed; see docs/_reliability_ranks.md.
+that died on its own left running) are fixed; see docs/reliability.md ("Hung and dying ranks").
 """
 
 from __future__ import annotations
