@@ -70,7 +70,18 @@ def interleaved(
 
 
 def peak_rss_mib() -> float:
-    """Peak resident set size of this process in MiB (Linux: ru_maxrss is in KiB)."""
+    """Peak resident set size of this process in MiB.
+
+    Read from ``VmHWM`` in ``/proc/self/status``: ``getrusage``'s ``ru_maxrss`` survives
+    ``execve``, so in a child started by a large parent it reports the parent's peak.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 

@@ -2,7 +2,7 @@
 (targets: >= 0.95x raw throughput, atomic write and fsync included), and the blocking time of
 BackgroundCheckpointIO.save_checkpoint as a fraction of a synchronous save (target <= 10%).
 
-    python -m benchmarks.checkpoint_io [--mib 256] [--repetitions 5] [--smoke]
+    python -m benchmarks.checkpoint_io [--mib 256] [--repetitions 9] [--smoke]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def make_state(mib: int) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mib", type=int, default=256)
-    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--repetitions", type=int, default=9)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 repetition")
     args = parser.parse_args(argv)
     if args.smoke:

@@ -6,7 +6,7 @@ row. Rows: a tiny MLP (overhead-bound) and a wider MLP (compute-bound), for ``32
 ``bf16-mixed``. Target: trainspec <= 1.03x raw in every row, and faster than Fabric.
 Peak RSS of each variant is measured in a fresh subprocess running that variant alone.
 
-    python -m benchmarks.step_overhead [--repetitions 15] [--steps 200] [--smoke]
+    python -m benchmarks.step_overhead [--repetitions 25] [--steps 200] [--smoke]
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def rss_of_variant(variant: str, model: str, flag: str, steps: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repetitions", type=int, default=15)
+    parser.add_argument("--repetitions", type=int, default=25)
     parser.add_argument("--steps", type=int, default=200, help="steps per repetition")
     parser.add_argument("--smoke", action="store_true", help="few steps, no RSS subprocesses")
     parser.add_argument("--rss-child", nargs=4, metavar=("VARIANT", "MODEL", "FLAG", "STEPS"))
