@@ -155,7 +155,9 @@ class Registry:
         """
         kind = _check_kind(kind)
         if not isinstance(name, str):
-            raise ConfigurationError(f"a {kind} name must be a string (a registered name); got {describe_value(name)}.")
+            raise ConfigurationError(
+                f"a {kind} name must be a string (a registered name); got {describe_value(name)}."
+            )
         with self._lock:
             cached = self._loaded.get((kind, name))
             if cached is not None:

@@ -147,7 +147,7 @@ def test_a_target_object_carries_its_capabilities(
             "unrecognized arguments: --bogus",
         ),
         (["verify", "--xfail", "ENV-1=r"], "need a TARGET"),
-        (["verify", "launcher"], "no built-in launcher target"),
+        (["verify", "accelerator", "--world-size", "2"], "need a TARGET"),
         (["frobnicate"], "invalid choice"),
         (
             ["verify", "cluster_environment", "cli_plugin_mod:GoodEnv", "--timeout", "-1"],
@@ -297,7 +297,10 @@ def test_builtin_table_names_known_kinds_and_module_paths() -> None:
     for entry in builtin_targets.BUILTIN_TARGETS:
         assert entry.kind in KINDS
         module, _, attr = entry.factory.partition(":")
-        assert module.startswith("trainspec.reference.") and attr
+        # Reference classes, or a small factory in the table's own module (it builds a
+        # reference class with arguments, e.g. DDP with one device per rank of the world).
+        assert module.startswith("trainspec.reference.") or module == builtin_targets.__name__
+        assert attr
 
 
 def test_console_script_smoke() -> None:
@@ -351,3 +354,47 @@ def test_a_broken_subcommand_module_costs_only_its_own_command(
     assert code == 0
     assert "--capability" in captured.out
     assert "no_such_cli_module_xyz is broken and left out" in captured.err
+
+
+def test_world_size_refuses_a_kind_that_runs_in_one_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(
+        [
+            "verify",
+            "accelerator",
+            "trainspec.reference.accelerators.cpu:CPUAccelerator",
+            "--world-size",
+            "2",
+        ]
+    )
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "collective" in err and "strategy" in err
+
+
+@pytest.mark.distributed
+def test_world_size_runs_a_collective_on_two_ranks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "report.json"
+    code = main(
+        [
+            "verify",
+            "collective",
+            "trainspec.reference.collectives.torch_dist:TorchCollective",
+            "--world-size",
+            "2",
+            "--select",
+            "COLL-6,COLL-8",
+            "--json",
+            str(report),
+            "--quiet",
+        ]
+    )
+    assert code == 0, capsys.readouterr().out
+    data = json.loads(report.read_text())
+    layers = {r["layer"] for t in data["targets"] for r in t["results"]}
+    assert "distributed" in layers
+    assert all(r["status"] != "failed" for t in data["targets"] for r in t["results"])
