@@ -321,7 +321,27 @@ class StatsAnyTypeAccelerator(_IndexedFault):
         return {"allocated_bytes": 0.0}
 
 
+class _NeedsTwoArguments(ConfigurationError):
+    """A ConfigurationError whose __init__ does not accept its own args: unpickling fails."""
+
+    def __init__(self, value: object, valid: str) -> None:
+        super().__init__(f"devices={value!r} is not valid; valid: {valid}")
+
+
+class UnpicklableErrorAccelerator(_CPUFault):
+    """parse_devices raises a ConfigurationError subclass that cannot be unpickled."""
+
+    clause = "ERR-1"
+    rejected_by = "check_accelerator_errors_are_trainspec_errors_that_survive_pickling"
+
+    def parse_devices(self, devices: DeviceRequest) -> list[torch.device]:
+        if devices == 0 and not isinstance(devices, bool):
+            raise _NeedsTwoArguments(devices, "1..n, -1, 'auto'")
+        return super().parse_devices(devices)
+
+
 FAULTS: tuple[type[_CPUFault | _IndexedFault], ...] = (
+    UnpicklableErrorAccelerator,
     MisspelledDeviceTypeAccelerator,
     RaisingIsAvailableAccelerator,
     EnvironmentProbingAccelerator,
