@@ -42,7 +42,7 @@ import tempfile
 import textwrap
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NoReturn, SupportsIndex
 
@@ -231,6 +231,30 @@ def _equal_or_fail(
             hint=hint,
             snippet=repro,
         )
+
+
+def _saved_checkpoints_load_back(
+    target: _Target,
+    clause: str,
+    io: CheckpointIO,
+    saved: Mapping[str, Checkpoint],
+    *,
+    fresh_reader: bool,
+    what: str,
+    repro: str,
+) -> None:
+    """Every ``saved`` checkpoint loads back equal, read by a fresh instance on local storage
+    (so nothing cached in ``io`` can answer) or by ``io`` itself elsewhere."""
+    reader = target.make() if fresh_reader else io
+    try:
+        for path, checkpoint in saved.items():
+            _equal_or_fail(
+                target, clause, checkpoint, reader.load_checkpoint(path), what=what, repro=repro
+            )
+    finally:
+        if reader is not io:
+            with contextlib.suppress(Exception):
+                reader.teardown()
 
 
 _IO_SNIPPET_IMPORTS = "import os, tempfile"
@@ -1583,21 +1607,15 @@ def check_async_checkpoint_io_teardown_waits_for_pending_saves(target: _Target) 
                 hint="Join the worker after the queue is drained in teardown.",
                 snippet=repro,
             )
-        reader = target.make() if where.local else io
-        try:
-            for path, checkpoint in saved.items():
-                _equal_or_fail(
-                    target,
-                    "ACKPT-4",
-                    checkpoint,
-                    reader.load_checkpoint(path),
-                    what="finish every pending save before teardown returns",
-                    repro=repro,
-                )
-        finally:
-            if reader is not io:
-                with contextlib.suppress(Exception):
-                    reader.teardown()
+        _saved_checkpoints_load_back(
+            target,
+            "ACKPT-4",
+            io,
+            saved,
+            fresh_reader=where.local,
+            what="finish every pending save before teardown returns",
+            repro=repro,
+        )
 
 
 @check("ACKPT-5", "checkpoint_io", requires=("async",))
@@ -1631,21 +1649,15 @@ def check_async_checkpoint_io_wait_completes_every_pending_save(target: _Target)
                 actual=f"{len(missing)} of {len(saved)} files missing right after wait()",
                 snippet=repro,
             )
-        reader = target.make() if where.local else io
-        try:
-            for path, checkpoint in saved.items():
-                _equal_or_fail(
-                    target,
-                    "ACKPT-5",
-                    checkpoint,
-                    reader.load_checkpoint(path),
-                    what="complete every pending save before wait() returns",
-                    repro=repro,
-                )
-        finally:
-            if reader is not io:
-                with contextlib.suppress(Exception):
-                    reader.teardown()
+        _saved_checkpoints_load_back(
+            target,
+            "ACKPT-5",
+            io,
+            saved,
+            fresh_reader=where.local,
+            what="complete every pending save before wait() returns",
+            repro=repro,
+        )
 
 
 @check("ACKPT-5", "checkpoint_io", requires=("async", "local_paths"))
