@@ -2,6 +2,13 @@
 (targets: >= 0.95x raw throughput, atomic write and fsync included), and the blocking time of
 BackgroundCheckpointIO.save_checkpoint as a fraction of a synchronous save (target <= 10%).
 
+Every save overwrites the file its variant wrote before, as a training run overwrites its
+checkpoint. Raw ``open(path, "wb")`` frees the old file inside the timed call; trainspec's
+atomic save frees the replaced file on a background thread after the rename (see
+``trainspec.reference.checkpoint_io._storage``). The benchmark waits for that thread after
+each save, outside the timed region, so it cannot slow the next variant, and reports how long
+it ran on past the save.
+
     python -m benchmarks.checkpoint_io [--mib 256] [--repetitions 9] [--smoke]
 """
 
@@ -37,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.mib, args.repetitions = 4, 1
 
+    from trainspec.reference.checkpoint_io import _storage
     from trainspec.reference.checkpoint_io.background import BackgroundCheckpointIO
     from trainspec.reference.checkpoint_io.torch_io import TorchCheckpointIO
 
@@ -62,21 +70,37 @@ def main(argv: list[str] | None = None) -> int:
 
             return timed(run)
 
+        release_waits: list[float] = []
+
         def ts_save() -> float:
-            return timed(lambda: io.save_checkpoint(state, ts_path))
+            seconds = timed(lambda: io.save_checkpoint(state, ts_path))
+            release_waits.append(timed(_storage.wait_for_releases))
+            return seconds
 
         def bg_block() -> float:
             start = time.perf_counter()
             background.save_checkpoint(state, bg_path)
             blocked = time.perf_counter() - start
             background.wait()
+            _storage.wait_for_releases()
             return blocked
+
+        tensors = list(state["model"].values())  # type: ignore[union-attr]
+        buffers = [torch.empty_like(t) for t in tensors]
+
+        def memcpy() -> float:
+            def run() -> None:
+                for buffer, tensor in zip(buffers, tensors, strict=True):
+                    buffer.copy_(tensor)
+
+            return timed(run)
 
         saves = interleaved(
             {
                 "raw torch.save (+fsync)": raw_save,
                 "TorchCheckpointIO.save": ts_save,
                 "BackgroundCheckpointIO.save (blocking part)": bg_block,
+                "copy into warm buffers": memcpy,
             },
             args.repetitions,
         )
@@ -94,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
     raw_s, ts_s = saves["raw torch.save (+fsync)"], saves["TorchCheckpointIO.save"]
     bg = saves["BackgroundCheckpointIO.save (blocking part)"]
+    floor = saves["copy into warm buffers"]
     raw_l, ts_l = loads["raw torch.load"], loads["TorchCheckpointIO.load"]
     rows = [
         [
@@ -117,8 +142,13 @@ def main(argv: list[str] | None = None) -> int:
             ["operation", "raw MiB/s", "trainspec MiB/s", "throughput ratio", "target"], rows
         )
     )
+    waits = sorted(release_waits)
+    print(
+        "\nFreeing the replaced file on the background thread ran on for a median "
+        f"{waits[len(waits) // 2] * 1000:.0f} ms after TorchCheckpointIO.save returned "
+        "(waited for outside the timed region)."
+    )
     print()
-    frac = bg.paired_ratio(ts_s)
     print(
         markdown_table(
             ["async save", "blocking ms", "sync save ms", "fraction", "target"],
@@ -127,11 +157,22 @@ def main(argv: list[str] | None = None) -> int:
                     "BackgroundCheckpointIO",
                     f"{bg.median * 1000:.0f}",
                     f"{ts_s.median * 1000:.0f}",
-                    f"{frac:.1%}",
+                    f"{bg.paired_ratio(ts_s):.1%}",
                     "<= 10%",
-                ]
+                ],
+                [
+                    "floor: one copy of the tensors into warm buffers",
+                    f"{floor.median * 1000:.0f}",
+                    f"{ts_s.median * 1000:.0f}",
+                    f"{floor.paired_ratio(ts_s):.1%}",
+                    "",
+                ],
             ],
         )
+    )
+    print(
+        "\nThe async save must copy every tensor before it returns (ACKPT-1); the floor row "
+        "is that copy alone (torch copy_ into preallocated tensors), measured in the same run."
     )
     return 0
 

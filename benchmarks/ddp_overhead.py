@@ -2,9 +2,12 @@
 ``DDPStrategy`` through ``Runner`` vs Lightning Fabric's DDP. Target: trainspec <= 1.03x raw.
 
 The command starts 2 ranks with torchrun; every rank runs the three loops interleaved
-(same model, data and seed) and rank 0 prints the table.
+(same model, data and seed; each variant its own copy, as two DDP wrappers cannot share
+parameters) and rank 0 prints the table. Each repetition runs a short block of steps per
+variant and times every step; a block's figure is its median step, and the ratio to raw is
+the median of the per-repetition ratios.
 
-    python -m benchmarks.ddp_overhead [--repetitions 10] [--steps 100] [--smoke]
+    python -m benchmarks.ddp_overhead [--repetitions 100] [--steps 10] [--smoke]
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -38,10 +42,12 @@ def make_model(model: str, rank: int) -> tuple[nn.Module, torch.Tensor, torch.Te
 
 def timed_loop(step: Callable[[], None]) -> Callable[[int], float]:
     def run(steps: int) -> float:
-        start = time.perf_counter()
+        times = []
         for _ in range(steps):
+            start = time.perf_counter()
             step()
-        return (time.perf_counter() - start) / steps
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
 
     return run
 
@@ -142,15 +148,18 @@ def worker(args: argparse.Namespace) -> None:
         if fabric is not None:
             header += ["Fabric µs/step", "Fabric / raw"]
         print(f"Machine: {machine_description()}")
-        print(f"{args.repetitions} interleaved repetitions x {args.steps} steps, gloo\n")
+        print(
+            f"{args.repetitions} interleaved repetitions of a block of {args.steps} steps per "
+            "variant (a block's figure is its median step), gloo\n"
+        )
         print(markdown_table(header, rows), flush=True)
     runner.teardown()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repetitions", type=int, default=15)
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--repetitions", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-fabric", dest="fabric", action="store_false")

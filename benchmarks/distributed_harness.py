@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 
 from benchmarks._common import markdown_table
@@ -69,10 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     fresh_one = statistics.median(fresh)
     fresh_all = fresh_one * args.checks
 
-    command = "python -m benchmarks.distributed_harness " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    print(f"Command: `{command.strip()}`\n")
     print(
         f"{args.world_size} gloo ranks; check `{_CHECK}` on `{_FACTORY}`. Persistent figures "
         f"measured; fresh-world figures: median of {len(fresh)} measured fresh worlds (start + "

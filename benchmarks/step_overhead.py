@@ -1,12 +1,16 @@
 """Per-step overhead, one process: a raw PyTorch loop, the same loop through
 ``trainspec.reference.Runner`` + ``SingleDeviceStrategy``, and through Lightning Fabric.
 
-Same model, data, seed and optimizer; interleaved repetitions; the paired ratio to raw per
-row. Rows: a tiny MLP (overhead-bound) and a wider MLP (compute-bound), for ``32-true`` and
-``bf16-mixed``. Target: trainspec <= 1.03x raw in every row, and faster than Fabric.
-Peak RSS of each variant is measured in a fresh subprocess running that variant alone.
+The variants of a row train the *same* module on the same tensors (each with its own
+optimizer over those parameters), so no variant gets luckier memory placement than another.
+Each repetition runs a short block of steps per variant, timing every step; a block's figure
+is its median step, which a preemption of this shared machine cannot move. Blocks are
+interleaved (``benchmarks._common.interleaved``), and the ratio to raw is the median of the
+per-repetition ratios. Rows: a tiny MLP (overhead-bound) and a wider MLP (compute-bound), for
+``32-true`` and ``bf16-mixed``. Target: trainspec <= 1.03x raw in every row, and faster than
+Fabric. Peak RSS of each variant is measured in a fresh subprocess running that variant alone.
 
-    python -m benchmarks.step_overhead [--repetitions 25] [--steps 200] [--smoke]
+    python -m benchmarks.step_overhead [--repetitions 300] [--steps 10] [--smoke]
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -38,7 +43,10 @@ MODELS = {
 FLAGS = ("32-true", "bf16-mixed")
 
 
-def make_model(model: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+Problem = tuple[nn.Module, torch.Tensor, torch.Tensor]
+
+
+def make_model(model: str) -> Problem:
     d_in, hidden, d_out, batch = MODELS[model]
     torch.manual_seed(0)
     module = nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, d_out))
@@ -48,10 +56,11 @@ def make_model(model: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
 
 
 StepLoop = Callable[[int], float]
+"""Runs that many steps and returns the median seconds per step."""
 
 
-def raw_loop(model: str, flag: str) -> StepLoop:
-    module, x, y = make_model(model)
+def raw_loop(problem: Problem, flag: str) -> StepLoop:
+    module, x, y = problem
     optimizer = torch.optim.SGD(module.parameters(), lr=1e-3)
     loss_fn = nn.MSELoss()
 
@@ -61,63 +70,69 @@ def raw_loop(model: str, flag: str) -> StepLoop:
         return nullcontext()
 
     def run(steps: int) -> float:
-        start = time.perf_counter()
+        times = []
         for _ in range(steps):
+            start = time.perf_counter()
             with context():
                 loss = loss_fn(module(x), y)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        return (time.perf_counter() - start) / steps
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
 
     return run
 
 
-def trainspec_loop(model: str, flag: str) -> StepLoop:
+def trainspec_loop(problem: Problem, flag: str) -> StepLoop:
     from trainspec.reference.precisions import precision_for_flag
     from trainspec.reference.runner import Runner
     from trainspec.reference.strategies.single_device import SingleDeviceStrategy
 
     runner = Runner(SingleDeviceStrategy(precision=precision_for_flag(flag)))
-    module, x, y = make_model(model)
+    module, x, y = problem
     module, optimizer = runner.setup(module, torch.optim.SGD(module.parameters(), lr=1e-3))
     x, y = runner.to_device((x, y))
     loss_fn = nn.MSELoss()
 
     def run(steps: int) -> float:
-        start = time.perf_counter()
+        times = []
         for _ in range(steps):
+            start = time.perf_counter()
             with runner.autocast():
                 loss = loss_fn(module(x), y)
             runner.backward(loss, module)
             runner.step(optimizer)
-        return (time.perf_counter() - start) / steps
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
 
     return run
 
 
-def fabric_loop(model: str, flag: str) -> StepLoop:
+def fabric_loop(problem: Problem, flag: str) -> StepLoop:
     from lightning.fabric import Fabric
 
     fabric = Fabric(accelerator="cpu", devices=1, precision=flag)  # type: ignore[arg-type]
-    module, x, y = make_model(model)
+    module, x, y = problem
     module, optimizer = fabric.setup(module, torch.optim.SGD(module.parameters(), lr=1e-3))
     x, y = fabric.to_device((x, y))
     loss_fn = nn.MSELoss()
 
     def run(steps: int) -> float:
-        start = time.perf_counter()
+        times = []
         for _ in range(steps):
+            start = time.perf_counter()
             loss = loss_fn(module(x), y)
             fabric.backward(loss)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        return (time.perf_counter() - start) / steps
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
 
     return run
 
 
-VARIANTS: dict[str, Callable[[str, str], StepLoop]] = {
+VARIANTS: dict[str, Callable[[Problem, str], StepLoop]] = {
     "raw": raw_loop,
     "trainspec": trainspec_loop,
     "fabric": fabric_loop,
@@ -135,14 +150,16 @@ def rss_of_variant(variant: str, model: str, flag: str, steps: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repetitions", type=int, default=25)
-    parser.add_argument("--steps", type=int, default=200, help="steps per repetition")
+    parser.add_argument("--repetitions", type=int, default=300)
+    parser.add_argument(
+        "--steps", type=int, default=10, help="steps per block (the wide model: a fifth)"
+    )
     parser.add_argument("--smoke", action="store_true", help="few steps, no RSS subprocesses")
     parser.add_argument("--rss-child", nargs=4, metavar=("VARIANT", "MODEL", "FLAG", "STEPS"))
     args = parser.parse_args(argv)
     if args.rss_child:
         variant, model, flag, steps = args.rss_child
-        VARIANTS[variant](model, flag)(int(steps))
+        VARIANTS[variant](make_model(model), flag)(int(steps))
         print(json.dumps({"rss_mib": peak_rss_mib()}))
         return 0
     if args.smoke:
@@ -153,13 +170,18 @@ def main(argv: list[str] | None = None) -> int:
         del variants["fabric"]
     torch.set_num_threads(1)
     print(f"Machine: {machine_description()} (benchmark uses 1 torch thread)")
-    print(f"{args.repetitions} interleaved repetitions x {args.steps} steps\n")
+    wide_steps = max(args.steps // 5, 2)
+    print(
+        f"{args.repetitions} interleaved repetitions of a block of {args.steps} steps "
+        f"(wide MLP: {wide_steps}) per variant; a block's figure is its median step\n"
+    )
     rows = []
     for model in MODELS:
         for flag in FLAGS:
-            loops = {name: make(model, flag) for name, make in variants.items()}
+            problem = make_model(model)  # one module and batch, trained by every variant
+            loops = {name: make(problem, flag) for name, make in variants.items()}
             # The wide model's steps are ~100x longer: fewer of them keep the run short.
-            steps = args.steps if model == "tiny MLP" else max(args.steps // 10, 2)
+            steps = args.steps if model == "tiny MLP" else wide_steps
             measured = interleaved(
                 {name: (lambda loop=loop, n=steps: loop(n)) for name, loop in loops.items()},
                 args.repetitions,

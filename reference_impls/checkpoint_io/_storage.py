@@ -15,6 +15,16 @@ Atomic local writes (CKPT-3)
     directory is ``fsync``-ed so the rename itself survives a power cut. A failed write removes
     its temporary file; the previous checkpoint is untouched.
 
+Freeing the replaced file off the caller's thread
+    Replacing a large file frees its blocks inside :func:`os.replace` (tens of milliseconds
+    for a few hundred MiB on ext4). On POSIX, a replaced regular file of at least
+    :data:`DEFERRED_RELEASE_MIN_BYTES` with no other hard link is opened just before the
+    rename, so the rename only drops its name; the descriptor is then closed on a short-lived
+    daemon thread, which is where the kernel frees the blocks. Nothing is visible in the
+    directory meanwhile, and a process that dies first leaves nothing behind (the kernel
+    closes the descriptor). A child forked during that short window holds the old blocks
+    until it exits.
+
 Stale temporary files
     A writer killed mid-write cannot remove its temporary file, so every save (and remove) of a
     target first deletes that target's *stale* temporary files: those whose writer was on this
@@ -41,6 +51,8 @@ import os
 import re
 import secrets
 import socket
+import stat
+import threading
 import time
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Final, TypeVar, cast
@@ -57,6 +69,7 @@ if TYPE_CHECKING:
     from trainspec.types import PathLike
 
 __all__ = [
+    "DEFERRED_RELEASE_MIN_BYTES",
     "DIRECT_WRITE_PROTOCOLS",
     "STALE_TEMP_AGE_S",
     "LocalLocation",
@@ -68,12 +81,16 @@ __all__ = [
     "remove",
     "resolve",
     "temp_prefix",
+    "wait_for_releases",
 ]
 
 _T = TypeVar("_T")
 
 STALE_TEMP_AGE_S: Final = 3600.0
 """A temporary file older than this (seconds) is stale even if its writer may still run."""
+
+DEFERRED_RELEASE_MIN_BYTES: Final = 16 * 1024 * 1024
+"""A replaced file at least this large is freed on a background thread (see above)."""
 
 DIRECT_WRITE_PROTOCOLS: Final = frozenset(
     {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"}
@@ -88,6 +105,7 @@ _LOCAL_PROTOCOLS: Final = ("file://", "local://")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
 _MAX_PLAIN_NAME: Final = 120
+_RELEASE_THREAD: Final = "trainspec-release-replaced"
 
 
 @dataclass(frozen=True)
@@ -326,6 +344,65 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
+def _hold_replaced(target: str) -> int | None:
+    """A read-only descriptor on ``target`` when freeing it is worth moving off this thread.
+
+    ``None`` unless ``target`` is a regular file of at least
+    :data:`DEFERRED_RELEASE_MIN_BYTES` whose only link is ``target``, on POSIX. Never raises:
+    a file that cannot be opened is simply replaced the ordinary way.
+    """
+    if os.name != "posix":
+        return None  # Windows cannot replace a file that is open
+    try:
+        info = os.lstat(target)
+        if (
+            not stat.S_ISREG(info.st_mode)
+            or info.st_nlink != 1
+            or info.st_size < DEFERRED_RELEASE_MIN_BYTES
+        ):
+            return None
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        opened = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+        os.close(fd)  # replaced between lstat and open: not the file we measured
+        return None
+    return fd
+
+
+def _release(fd: int) -> None:
+    """Close ``fd`` on a daemon thread: the last close of an unlinked file frees its blocks.
+
+    Closes it here instead when no thread can be started (interpreter shutdown, limits)."""
+    try:
+        threading.Thread(
+            target=_close_quietly, args=(fd,), name=_RELEASE_THREAD, daemon=True
+        ).start()
+    except RuntimeError:
+        _close_quietly(fd)
+
+
+def wait_for_releases(timeout: float | None = None) -> None:
+    """Wait until every replaced file handed to a release thread so far is closed (freed).
+
+    For benchmarks and tests that must not let that work overlap what they measure next."""
+    for thread in threading.enumerate():
+        if thread.name == _RELEASE_THREAD:
+            thread.join(timeout)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
 def atomic_write(location: Location, write: Callable[[IO[bytes]], None], *, fmt: str) -> None:
     """Replace the file at ``location`` with what ``write`` writes, atomically (CKPT-3).
 
@@ -351,6 +428,7 @@ def atomic_write(location: Location, write: Callable[[IO[bytes]], None], *, fmt:
     except OSError as exc:
         raise translate(exc, stage="write", path=shown, fmt=fmt) from exc
     tracked = _TrackedWriter(raw)
+    replaced: int | None = None
     try:
         try:
             write(cast("IO[bytes]", tracked))
@@ -358,8 +436,11 @@ def atomic_write(location: Location, write: Callable[[IO[bytes]], None], *, fmt:
             os.fsync(raw.fileno())
         finally:
             raw.close()
+        replaced = _hold_replaced(target)
         os.replace(temp, target)
     except BaseException as exc:
+        if replaced is not None:
+            _close_quietly(replaced)  # still linked: closing frees nothing
         _unlink_quietly(temp)
         if tracked.error is not None:
             raise translate(tracked.error, stage="write", path=shown, fmt=fmt) from tracked.error
@@ -368,6 +449,8 @@ def atomic_write(location: Location, write: Callable[[IO[bytes]], None], *, fmt:
         if isinstance(exc, Exception):
             raise translate(exc, stage="encode", path=shown, fmt=fmt) from exc
         raise
+    if replaced is not None:
+        _release(replaced)
     try:
         _fsync_directory(directory)
     except OSError as exc:
