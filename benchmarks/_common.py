@@ -26,6 +26,7 @@ __all__ = [
     "interleaved",
     "machine_description",
     "markdown_table",
+    "ratio_rows",
     "peak_rss_mib",
     "run_json_subprocess",
 ]
@@ -113,6 +114,17 @@ def machine_description() -> str:
         f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"torch {torch.__version__}, torch threads {torch.get_num_threads()}"
     )
+
+
+def ratio_rows(
+    measured: Mapping[str, Measurement], baseline: str, scale: float = 1e6, digits: int = 3
+) -> list[list[object]]:
+    """One row per variant: name, median (seconds x ``scale``), paired ratio to ``baseline``."""
+    base = measured[baseline]
+    return [
+        [name, f"{m.median * scale:.1f}", f"{m.paired_ratio(base):.{digits}f}"]
+        for name, m in measured.items()
+    ]
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -59,15 +59,18 @@ StepLoop = Callable[[int], float]
 """Runs that many steps and returns the median seconds per step."""
 
 
+def raw_context(flag: str) -> Callable[[], AbstractContextManager[object]]:
+    """What a hand-written loop enters around its forward for ``flag``."""
+    if flag == "bf16-mixed":
+        return lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+    return nullcontext
+
+
 def raw_loop(problem: Problem, flag: str) -> StepLoop:
     module, x, y = problem
     optimizer = torch.optim.SGD(module.parameters(), lr=1e-3)
     loss_fn = nn.MSELoss()
-
-    def context() -> AbstractContextManager[object]:
-        if flag == "bf16-mixed":
-            return torch.autocast("cpu", dtype=torch.bfloat16)
-        return nullcontext()
+    context = raw_context(flag)
 
     def run(steps: int) -> float:
         times = []
