@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 
@@ -142,10 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             ["operation", "raw MiB/s", "trainspec MiB/s", "throughput ratio", "target"], rows
         )
     )
-    waits = sorted(release_waits)
     print(
         "\nFreeing the replaced file on the background thread ran on for a median "
-        f"{waits[len(waits) // 2] * 1000:.0f} ms after TorchCheckpointIO.save returned "
+        f"{statistics.median(release_waits) * 1000:.0f} ms after TorchCheckpointIO.save returned "
         "(waited for outside the timed region)."
     )
     print()

@@ -366,11 +366,11 @@ def _hold_replaced(target: str) -> int | None:
         return None
     try:
         opened = os.fstat(fd)
+        same = (opened.st_dev, opened.st_ino) == (info.st_dev, info.st_ino)
     except OSError:
+        same = False
+    if not same:  # replaced between lstat and open: not the file we measured
         os.close(fd)
-        return None
-    if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
-        os.close(fd)  # replaced between lstat and open: not the file we measured
         return None
     return fd
 
