@@ -1,7 +1,8 @@
 """Maps the three source folders onto one import tree (see design: Layout).
 
 ``interfaces/`` -> ``trainspec``, ``reference_impls/`` -> ``trainspec.reference``,
-``conformance_tests/`` -> ``trainspec.conformance``. Subpackages are found automatically;
+``conformance_tests/`` -> ``trainspec.conformance``, ``bridges/`` -> ``trainspec.bridges``
+(adapters to other trainers; optional extras). Subpackages are found automatically;
 everything else is in pyproject.toml.
 """
 
@@ -11,6 +12,7 @@ ROOTS = {
     "trainspec": "interfaces",
     "trainspec.reference": "reference_impls",
     "trainspec.conformance": "conformance_tests",
+    "trainspec.bridges": "bridges",
 }
 
 packages: list[str] = []

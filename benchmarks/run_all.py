@@ -19,6 +19,7 @@ from benchmarks._common import machine_description
 BENCHMARKS: tuple[tuple[str, str, list[str]], ...] = (
     ("Step overhead, single process", "step_overhead", []),
     ("Step overhead, DDP on 2 gloo ranks", "ddp_overhead", []),
+    ("FSDP on 2 gloo ranks: step, memory, sharded checkpoints", "fsdp_overhead", []),
     ("Checkpoint IO", "checkpoint_io", []),
     ("Import time", "import_time", []),
     ("Kit run time (`trainspec verify`)", "verify_time", []),

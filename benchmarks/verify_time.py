@@ -1,5 +1,6 @@
 """Kit run time: ``trainspec verify`` (the built-in matrix) end to end, and the time spent per
-layer and per target, from its JSON report. Target: under 60 s on a 2-core machine.
+kind, per layer and per target, from its JSON report. Target: under 60 s on a 2-core machine,
+and no growth apart from new rows (issue 15).
 
     python -m benchmarks.verify_time [--repetitions 1]
 """
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(out) as f:
                 report = json.load(f)
     per_layer: dict[str, float] = defaultdict(float)
+    per_kind: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     per_target: list[list[object]] = []
     targets = report.get("targets", [])
     assert isinstance(targets, list)
@@ -53,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                 "passed" if target["ok"] else "FAILED",
             ]
         )
+        per_kind[target["kind"]][0] += 1
+        per_kind[target["kind"]][1] += float(target["duration_s"])
         for result in target["results"]:
             per_layer[result["layer"]] += float(result["duration_s"])
     print(f"Machine: {machine_description()}\n")
@@ -67,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
                     report.get("ok"),
                 ]
             ],
+        )
+    )
+    print()
+    print(
+        markdown_table(
+            ["kind", "targets", "check time s"],
+            [[k, int(n), f"{s:.1f}"] for k, (n, s) in per_kind.items()],
         )
     )
     print()

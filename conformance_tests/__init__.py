@@ -8,6 +8,13 @@ Three ways in, one set of checks:
    :mod:`trainspec.conformance.suites`, also importable from here), or
    ``pytest --trainspec-target checkpoint_io=my_pkg.io:MyIO``.
 
+An implementation declares what it can do where it lives: ``conformance_capabilities`` and
+``conformance_options`` attributes on its class (or factory function), read by the kit, so
+``trainspec verify KIND module:Class`` needs nothing else. Everything the kit knows about a kind
+(protocol, clauses, check modules, capability and option vocabularies) is one table,
+:mod:`trainspec.conformance.kinds`; verdicts are one pure function,
+:mod:`trainspec.conformance.verdict`, whichever executor ran the checks.
+
 Importing this package imports neither torch nor pytest: the behaviour checks are imported
 when a kind is first verified, the pytest suites when first accessed.
 """

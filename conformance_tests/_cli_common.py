@@ -37,11 +37,11 @@ class UsageError(Exception):
 
 def quote_argument(text: str, limit: int = _QUOTE_LIMIT) -> str:
     """``repr(text)`` for a one-line error message, cut after ``limit`` characters (with the
-    full length) so that a huge argument does not flood the terminal."""
-    quoted = repr(text)
-    if len(quoted) <= limit:
-        return quoted
-    return f"{quoted[:limit]}... ({len(quoted)} characters)"
+    full length) so that a huge argument does not flood the terminal (the one value
+    describer, :func:`trainspec.reference._messages.describe_value`)."""
+    from trainspec.reference._messages import describe_value
+
+    return describe_value(text, limit)
 
 
 @dataclass(frozen=True)

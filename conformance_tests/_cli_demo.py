@@ -29,11 +29,15 @@ if TYPE_CHECKING:
     from trainspec.reference.demo import DemoResult
     from trainspec.types import DeviceRequest
 
-__all__ = ["COMMAND", "add_arguments", "parse_devices", "run"]
+__all__ = ["COMMAND", "add_arguments", "in_user_words", "parse_devices", "run"]
 
 _PROG: Final = "trainspec demo"
 _INTEGER: Final = re.compile(r"-?[0-9]{1,18}")
 """A count as an int: ASCII digits, at most 18 (``int()`` of over 4300 digits raises)."""
+# trainspec.reference.demo's MAX_STEPS and MAX_BATCH_SIZE (a test keeps them equal): the
+# parser is built without importing torch.
+_MAX_STEPS: Final = 1_000_000
+_MAX_BATCH_SIZE: Final = 65_536
 
 _DESCRIPTION = """\
 Train a small model on synthetic data with the components you name, through the reference
@@ -68,22 +72,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision", default="32-true", help="a precision flag or name (default: 32-true)"
     )
     parser.add_argument(
-        "--steps", type=int, default=20, help="training steps, at least 2 (default: 20)"
+        "--steps",
+        type=int,
+        default=20,
+        help=f"training steps, 2 to {_MAX_STEPS} (default: 20)",
     )
     parser.add_argument(
-        "--batch-size", type=int, default=16, help="samples per rank and step (default: 16)"
+        "--batch-size",
+        type=int,
+        default=16,
+        help=f"samples per rank and step, 1 to {_MAX_BATCH_SIZE} (default: 16)",
     )
     parser.add_argument(
         "--checkpoint-dir",
         metavar="PATH",
-        help="where to save the checkpoint (default: a new temporary directory)",
+        help="where to save the checkpoint, kept afterwards (default: a new temporary "
+        "directory, removed at the end unless --keep-checkpoint)",
+    )
+    parser.add_argument(
+        "--keep-checkpoint",
+        action="store_true",
+        help="keep the temporary checkpoint directory and print where it is",
     )
     parser.add_argument(
         "--checkpoint-io",
         metavar="NAME",
         help="a registered checkpoint IO name (default: the strategy's own)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed for data and model (default: 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed for data and model, 0 to 2**64-1 (default: 0)"
+    )
     parser.add_argument(
         "--no-progress",
         action="store_true",
@@ -116,10 +134,11 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             seed=args.seed,
             progress="log" if args.no_progress else "bar",
+            keep_checkpoint=args.keep_checkpoint,
         )
         result = run_demo(config)
     except (ConfigurationError, DeviceUnavailableError) as error:
-        print(f"{_PROG}: error: {_one_line(str(error))}", file=sys.stderr)
+        print(f"{_PROG}: error: {in_user_words(_one_line(str(error)))}", file=sys.stderr)
         return 2
     except TrainspecError as error:
         print(f"{_PROG}: failed: {_summary(error)}", file=sys.stderr)
@@ -154,7 +173,12 @@ def _print_result(result: DemoResult) -> None:
         highlight=False,
     )
     console.print(f"resume       : {verdict}", highlight=False)
-    console.print(f"checkpoint   : {result.checkpoint_path}", highlight=False, soft_wrap=True)
+    kept = (
+        ""
+        if result.checkpoint_kept
+        else " (removed with its temporary directory; --keep-checkpoint keeps it)"
+    )
+    console.print(f"checkpoint   : {result.checkpoint_path}{kept}", highlight=False, soft_wrap=True)
     console.print(
         f"[dim]{result.world_size} rank(s) on {result.device} ({result.accelerator}), "
         f"{result.precision}, {result.checkpoint_io}, "
@@ -165,6 +189,36 @@ def _print_result(result: DemoResult) -> None:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+# DemoConfig's fields and resolve()'s parameters, as the options that set them.
+_OPTIONS: Final = {
+    "accelerator": "--accelerator",
+    "strategy": "--strategy",
+    "devices": "--devices",
+    "precision": "--precision",
+    "checkpoint_io": "--checkpoint-io",
+    "steps": "--steps",
+    "batch_size": "--batch-size",
+    "seed": "--seed",
+}
+_CALLER: Final = re.compile(r"^(?:resolve\(\)|demo):\s*")
+_NO_SUCH_NAME: Final = re.compile(r"^no (" + "|".join(_OPTIONS) + r") named ")
+_LEADING_NAME: Final = re.compile(r"^(?:the )?(" + "|".join(_OPTIONS) + r")(?=[ =])(=?)")
+
+
+def in_user_words(message: str) -> str:
+    """``message`` as the command line's user sees it: without the internal function that
+    raised it (``resolve():``, ``demo:``) and with a leading parameter name (``precision``,
+    ``devices=0``, ``the checkpoint_io 'x'``) written as the option that sets it."""
+    text = _CALLER.sub("", message, count=1)
+    match = _LEADING_NAME.match(text)
+    if match is None:
+        named = _NO_SUCH_NAME.match(text)
+        return f"{_OPTIONS[named.group(1)]}: {text}" if named else text
+    option = _OPTIONS[match.group(1)]
+    rest = text[match.end() :]
+    return f"{option} {rest.lstrip()}" if match.group(2) else f"{option}{rest}"
 
 
 def _summary(error: BaseException) -> str:

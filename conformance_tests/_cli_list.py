@@ -142,6 +142,23 @@ def _availability(info: ComponentInfo) -> str:
     return "[dim]-[/dim]"
 
 
+def _summary(info: ComponentInfo) -> str:
+    """The first paragraph of the component's docstring on one line (the table wraps it), or
+    the registry's first line when the object cannot be read again."""
+    import importlib
+    import inspect
+
+    module, _, attribute = info.object_path.partition(":")
+    try:
+        target: object = importlib.import_module(module)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except Exception:  # the registry loaded it already; anything else keeps its line
+        return info.description
+    paragraph = (inspect.getdoc(target) or "").strip().split("\n\n")[0]
+    return " ".join(paragraph.split()) or info.description
+
+
 def _plain(text: str) -> str:
     """A docstring line without reStructuredText markup: ``:class:`~a.B``` -> ``B``,
     double backquotes -> single."""
@@ -161,7 +178,7 @@ def _print_table(infos: list[ComponentInfo], kinds: list[RegistryKind]) -> None:
     table.add_column("available", justify="center")
     table.add_column("description")
     for info in infos:
-        description = escape(_plain(info.description)) or "[dim](no docstring)[/dim]"
+        description = escape(_plain(_summary(info))) or "[dim](no docstring)[/dim]"
         if info.error:
             description += f"\n[red]{escape(' '.join(info.error.split()))}[/red]"
         table.add_row(

@@ -9,18 +9,21 @@ so that every message has the same shape::
     To reproduce:
     <snippet>
 
-:func:`assert_checkpoints_equal` is public (re-exported by ``trainspec.conformance.strategies``):
-plugin authors use it in their own round-trip tests.
+:func:`assert_checkpoints_equal` is public (re-exported by
+``trainspec.conformance.hypothesis_strategies``): plugin authors use it in their own round-trip
+tests.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from trainspec.conformance.core import CheckFailure, Target
+from trainspec.reference._messages import describe_value as _describe_any
 
 if TYPE_CHECKING:
     import torch
@@ -34,9 +37,13 @@ __all__ = [
     "describe_value",
     "expect_raises",
     "failure",
+    "importable_path",
     "int_option",
+    "qualified_name",
+    "refusal_or_bug_hint",
     "run_examples",
     "snippet",
+    "value_source",
 ]
 
 _E = TypeVar("_E", bound=BaseException)
@@ -46,27 +53,187 @@ _V = TypeVar("_V")
 # --------------------------------------------------------------------------- failures & snippets
 
 
+def qualified_name(obj: object) -> tuple[str, str] | None:
+    """``(obj.__module__, obj.__qualname__)`` when both are strings and the name is not
+    local (a lambda, a function defined inside another, ``<locals>``); else ``None``.
+
+    The one place the kit reads a factory's import path (``"module:qualname"``) from:
+    :func:`importable_path` (snippets, the CKPT-3 kill server) and
+    :func:`trainspec.conformance.distributed.factory_path` build on it.
+    """
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    return module, qualname
+
+
+def importable_path(obj: object) -> tuple[str, str] | None:
+    """``(module, qualname)`` under which ``obj`` can be imported, or ``None``.
+
+    Follows ``__wrapped__`` (a wrapper the runner or a decorator put around a factory; never
+    on a class) and accepts a path only if importing it gives back the very same object, so a
+    snippet, or a fresh process, never imports something else under the right name.
+    """
+    obj = _unwrap(obj)
+    named = qualified_name(obj)
+    if named is None:
+        return None
+    module, qualname = named
+    if module == "__main__":  # a script's own objects: another script cannot import them
+        return None
+    found: object = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return (module, qualname) if found is obj else None
+
+
+def _unwrap(obj: object) -> object:
+    for _ in range(100):  # a cycle of __wrapped__ must not hang a failure message
+        inner = getattr(obj, "__wrapped__", None)
+        if inner is None or inner is obj or isinstance(obj, type):
+            return obj
+        obj = inner
+    return obj
+
+
+def _factory_expression(target: Target[object]) -> tuple[list[str], str] | None:
+    """Import lines and an expression that is the target's factory, when it is importable."""
+    path = importable_path(target.factory)
+    if path is None:
+        return None
+    module, qualname = path
+    head = qualname.partition(".")[0]
+    return [f"from {module} import {head}"], qualname
+
+
 def _factory_lines(target: Target[object], var: str) -> list[str]:
-    """Lines that rebuild ``var`` from the target's factory, importable when possible."""
-    module = getattr(target.factory, "__module__", None)
-    qualname = getattr(target.factory, "__qualname__", None)
-    if isinstance(module, str) and isinstance(qualname, str) and "<" not in qualname:
-        head, _, rest = qualname.partition(".")
-        access = f"{head}.{rest}" if rest else head
-        return [f"from {module} import {head}", f"{var} = {access}()"]
-    return [f"{var} = factory()  # the factory of {target.display_name}"]
+    """Lines that rebuild ``var`` from the target's factory, imported by its path."""
+    found = _factory_expression(target)
+    if found is None:
+        return [
+            f"{var} = factory()  # the factory of {target.display_name}: not importable by "
+            "its path (a lambda or local function); define it here"
+        ]
+    imports, expression = found
+    return [*imports, f"{var} = {expression}()"]
+
+
+def _source_literal(value: object) -> str | None:
+    """Python source that evaluates to ``value`` (an option value), or ``None``."""
+    if value is None or isinstance(value, (bool, int, str, bytes)):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_source_literal(item) for item in value]
+        if any(item is None for item in items):
+            return None
+        body = ", ".join(str(item) for item in items)
+        if isinstance(value, list):
+            return f"[{body}]"
+        if isinstance(value, tuple):
+            return f"({body}{',' if len(items) == 1 else ''})"
+        return f"{type(value).__name__}({{{body}}})" if items else f"{type(value).__name__}()"
+    if isinstance(value, Mapping):
+        pairs = [(_source_literal(k), _source_literal(v)) for k, v in value.items()]
+        if any(k is None or v is None for k, v in pairs):
+            return None
+        return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
+    return None
+
+
+def _calling_check() -> tuple[str, str] | None:
+    """``(module, name)`` of the registered check function this call is running inside."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name.startswith("check_"):
+            func = frame.f_globals.get(code.co_name)
+            module = frame.f_globals.get("__name__")
+            if getattr(func, "__code__", None) is code and isinstance(module, str):
+                return module, code.co_name
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def _public_check_module(module: str) -> str:
+    """The module a script imports check functions from: a module of a kind's check package
+    (``trainspec.conformance.checks.checkpoint_io.roundtrip``) is re-exported by the package."""
+    prefix = "trainspec.conformance.checks."
+    if module.startswith(prefix) and module.count(".") > prefix.count("."):
+        return module.rsplit(".", module.count(".") - prefix.count("."))[0]
+    return module
+
+
+def _rerun_lines(target: Target[object], check: tuple[str, str]) -> tuple[list[str], str] | None:
+    """Import lines and the call that runs the kit's check ``check`` on ``target`` again."""
+    module, name = check
+    if module.startswith("trainspec.conformance.distributed"):
+        return None  # runs on the ranks of a world, not in a script
+    found = _factory_expression(target)
+    if found is None:
+        return None
+    imports, expression = found
+    public = _public_check_module(module)
+    imports = [*imports, "from trainspec.conformance import Target", f"from {public} import {name}"]
+    options: list[str] = []
+    for key, value in target.options.items():
+        source = _source_literal(value)
+        if source is None:
+            path = importable_path(value)
+            if path is None:
+                return None  # an option the script cannot rebuild: no re-run
+            imports.append(f"from {path[0]} import {path[1].partition('.')[0]}")
+            source = path[1]
+        options.append(f"{key!r}: {source}")
+    capabilities = ", ".join(repr(c) for c in sorted(target.capabilities))
+    call = (
+        f"{name}(Target({target.kind!r}, {expression}, name={target.display_name!r}, "
+        f"capabilities=frozenset({{{capabilities}}}), options={{{', '.join(options)}}}))"
+    )
+    return imports, call
 
 
 def snippet(target: Target[object], body: str, *, var: str = "obj", imports: str = "") -> str:
-    """A minimal script reproducing a failure: imports, ``var = <factory>()``, then ``body``.
+    """A script reproducing a failure, runnable as printed.
 
-    ``body`` is dedented; ``imports`` are extra import lines placed first.
+    It imports torch, trainspec, the extra ``imports`` and the target's factory by its import
+    path. When the snippet is built inside a registered check, it first runs that check on the
+    same target (factory, name, capabilities, options), which raises the same
+    :class:`~trainspec.conformance.core.CheckFailure` (an ``AssertionError``) as the kit; then,
+    in a ``finally``, the minimal illustration: ``var = <factory>()`` and ``body`` (dedented),
+    whose own exception (if the implementation raises one) is printed. Running the check
+    first keeps the illustration's side effects (an environment variable, a default dtype)
+    from changing the check's verdict. Otherwise the snippet is the illustration alone.
     """
     lines = ["import torch", "import trainspec"]
     lines.extend(line for line in textwrap.dedent(imports).strip().splitlines() if line)
-    lines.extend(_factory_lines(target, var))
-    lines.extend(textwrap.dedent(body).strip("\n").splitlines())
-    return "\n".join("    " + line for line in lines)
+    illustration = textwrap.dedent(body).strip("\n").splitlines()
+    check = _calling_check()
+    rerun = _rerun_lines(target, check) if check is not None else None
+    if rerun is None:
+        lines.extend(_factory_lines(target, var))
+        lines.extend(illustration)
+        return "\n".join("    " + line if line else "" for line in lines)
+    rerun_imports, call = rerun
+    lines.extend(line for line in dict.fromkeys(rerun_imports) if line not in lines)
+    make = _factory_lines(target, var)[-1]
+    lines.extend(
+        [
+            "try:",
+            "    # The kit's check on the same target: raises the AssertionError reported above.",
+            f"    {call}",
+            "finally:",
+            "    # What the check does, in short (the implementation's own errors are printed):",
+            "    try:",
+            f"        {make}",
+            *(f"        {line}" if line.strip() else "" for line in illustration),
+            "    except Exception as error:",
+            "        print(f'raised {type(error).__name__}: {error}')",
+        ]
+    )
+    return "\n".join("    " + line if line else "" for line in lines)
 
 
 def failure(
@@ -136,6 +303,23 @@ def expect_raises(
     )
 
 
+def refusal_or_bug_hint(exc: BaseException, declare: str) -> str:
+    """The hint for ``exc``, raised by an implementation on input inside its declared set.
+
+    A ``TypeError``, ``ValueError`` or ``NotImplementedError`` may be the format refusing a
+    value it cannot store: then ``declare`` (how to declare less) is the advice, next to
+    fixing it. Any other exception is a plain bug, and declaring fewer capabilities would
+    only hide it.
+    """
+    name = type(exc).__name__
+    if isinstance(exc, (TypeError, ValueError, NotImplementedError)):
+        return f"If the format cannot store this value, {declare}; otherwise fix the {name}."
+    return (
+        f"The implementation raised {name} on a value inside its declared set: a bug to fix "
+        "(the traceback shows where), not a capability to declare."
+    )
+
+
 def int_option(target: Target[object], name: str, default: int) -> int:
     """An integer option of ``target`` (``default`` when absent); a non-int is a usage error."""
     value = target.options.get(name, default)
@@ -179,7 +363,9 @@ def run_examples(
 
 
 def describe_value(value: object, *, limit: int = 120) -> str:
-    """A short description of ``value`` for failure messages (tensors by metadata)."""
+    """A short description of ``value`` for failure messages: tensors by metadata, anything
+    else by :func:`trainspec.reference._messages.describe_value` (the one value describer:
+    never raises, cut after ``limit`` characters)."""
     import torch
 
     if isinstance(value, torch.Tensor):
@@ -187,8 +373,96 @@ def describe_value(value: object, *, limit: int = 120) -> str:
             f"tensor(dtype={value.dtype}, shape={tuple(value.shape)}, "
             f"stride={value.stride()}, device={value.device})"
         )
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return _describe_any(value, limit)
+
+
+# --------------------------------------------------------------------------- exact inputs
+
+_INLINE_BYTES_LIMIT = 1 << 16
+"""Storages up to this size are written into a snippet byte for byte; larger ones are not."""
+
+
+def value_source(value: object, var: str) -> str:
+    """Lines of Python that rebuild ``value`` exactly as ``var``, for a "To reproduce" snippet.
+
+    Tensors keep their dtype, shape, strides, storage offset, device and bit-exact values
+    (NaN payloads, ``-0.0``): each storage is written once as bytes and every tensor is an
+    ``as_strided`` view of it, so tensors that share storage in ``value`` share it in the
+    rebuilt value too. Containers (dict, list, tuple), scalars, strings, bytes and None are
+    written as literals; anything else as ``repr`` with a comment. Storages larger than 64 KiB
+    are rebuilt with zeros (the values are left out, with a comment).
+    """
+    import torch
+
+    lines: list[str] = []
+    storages: dict[tuple[str, int], str] = {}
+
+    def storage_name(tensor: torch.Tensor) -> str:
+        storage = tensor.untyped_storage()
+        key = (str(tensor.device), storage.data_ptr())
+        name = storages.get(key)
+        if name is not None:
+            return name
+        name = f"_storage{len(storages)}"
+        storages[key] = name
+        nbytes = storage.nbytes()
+        if nbytes <= _INLINE_BYTES_LIMIT:
+            data = bytes(
+                torch.empty(0, dtype=torch.uint8, device=storage.device)
+                .set_(storage)
+                .cpu()
+                .tolist()
+            )
+            lines.append(
+                f"{name} = torch.frombuffer(bytearray(bytes.fromhex({data.hex()!r})), "
+                "dtype=torch.uint8)"
+                if data
+                else f"{name} = torch.empty(0, dtype=torch.uint8)"
+            )
+        else:
+            lines.append(
+                f"{name} = torch.zeros({nbytes}, dtype=torch.uint8)  # {nbytes} bytes: values "
+                "left out"
+            )
+        return name
+
+    def tensor_source(tensor: torch.Tensor) -> str:
+        if tensor.is_meta or tensor.layout != torch.strided or tensor.is_quantized:
+            return f"{describe_value(tensor)!r}  # not rebuilt: {tensor.layout}"
+        base = storage_name(tensor)
+        size = tuple(tensor.shape)
+        stride = tensor.stride()
+        text = (
+            f"{base}.view({tensor.dtype}).as_strided({size}, {stride}, {tensor.storage_offset()})"
+            if tensor.element_size() > 1 or tensor.dtype != torch.uint8
+            else f"{base}.as_strided({size}, {stride}, {tensor.storage_offset()})"
+        )
+        if tensor.device.type != "cpu":
+            text += f".to({str(tensor.device)!r})"
+        if isinstance(tensor, torch.nn.Parameter):
+            text = f"torch.nn.Parameter({text}, requires_grad={tensor.requires_grad})"
+        elif tensor.requires_grad:
+            text += ".requires_grad_()"
+        return text
+
+    def source(item: object) -> str:
+        if isinstance(item, torch.Tensor):
+            return tensor_source(item)
+        if isinstance(item, dict) and type(item) is dict:
+            return "{" + ", ".join(f"{source(k)}: {source(v)}" for k, v in item.items()) + "}"
+        if type(item) is list:
+            return "[" + ", ".join(source(v) for v in cast("list[object]", item)) + "]"
+        if type(item) is tuple:
+            items = [source(v) for v in cast("tuple[object, ...]", item)]
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        literal = _source_literal(item)
+        if literal is not None:
+            return literal
+        return f"{describe_value(item)!r}  # not rebuilt: a {type(item).__qualname__}"
+
+    expression = source(value)
+    lines.append(f"{var} = {expression}")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- checkpoint equality

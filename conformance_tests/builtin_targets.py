@@ -1,18 +1,21 @@
 """The built-in reference implementations that ``trainspec verify`` (no arguments) runs.
 
-One row per target: kind, a short name, the ``"module:factory"`` to load, and the
-capabilities it declares. A row whose module cannot be imported here (a backend that is not
-installed) is reported as skipped with the import error as the reason, not as a failure.
+One row per target: kind, a short name and the ``"module:factory"`` to load. The
+capabilities and options are declared on the implementation itself (``conformance_capabilities``
+/ ``conformance_options``, read by :func:`trainspec.conformance.runner.make_target`); a row
+adds only what depends on this machine (``fsspec_urls`` when fsspec is installed). A row whose
+module cannot be imported here (a backend that is not installed), or whose optional extra is
+missing (``requires``), is reported as skipped with the reason, not as a failure.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from trainspec.conformance.core import Kind, Target
 
@@ -20,7 +23,9 @@ __all__ = [
     "BUILTIN_TARGETS",
     "BuiltinTarget",
     "builtin_targets",
+    "declares",
     "ddp_strategy_for_this_world",
+    "fsdp_strategy_for_this_world",
     "spawn_launcher",
     "trusted_background_io",
     "trusted_torch_io",
@@ -45,6 +50,9 @@ class BuiltinTarget:
     (``{"fsspec_urls": "fsspec"}``)."""
     world_size: int | None = None
     """Run on this many local ranks through the distributed harness (``None``: in-process)."""
+    requires: tuple[str, ...] = ()
+    """Modules of optional extras the implementation needs (``("safetensors",)``): without
+    one, :meth:`load` raises and the row is skipped, as for a module that cannot import."""
 
     def load(self) -> Target[object]:
         """The target this row describes, importing its factory and option values.
@@ -53,7 +61,14 @@ class BuiltinTarget:
         imported; the caller reports the row as skipped.
         """
         from trainspec.conformance.runner import load_object, make_target
+        from trainspec.errors import ConfigurationError
 
+        missing = [m for m in self.requires if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ConfigurationError(
+                f"the package {', '.join(repr(m) for m in missing)} is not installed: "
+                f"pip install 'trainspec[{missing[0]}]'"
+            )
         factory = load_object(self.factory)
         options = dict(self.options)
         for option, ref in self.option_refs.items():
@@ -70,14 +85,30 @@ class BuiltinTarget:
         )
 
 
-_PRECISIONS: Final[tuple[tuple[str, str, frozenset[str]], ...]] = (
-    ("32-true", "Float32Precision", frozenset()),
-    ("64-true", "Float64Precision", frozenset()),
-    ("16-true", "Float16Precision", frozenset()),
-    ("bf16-true", "BFloat16Precision", frozenset()),
-    ("16-mixed", "Float16MixedPrecision", frozenset({"autocast", "gradient_scaling"})),
-    ("bf16-mixed", "BFloat16MixedPrecision", frozenset({"autocast"})),
+_PRECISIONS: Final[tuple[tuple[str, str], ...]] = (
+    ("32-true", "Float32Precision"),
+    ("64-true", "Float64Precision"),
+    ("16-true", "Float16Precision"),
+    ("bf16-true", "BFloat16Precision"),
+    ("16-mixed", "Float16MixedPrecision"),
+    ("bf16-mixed", "BFloat16MixedPrecision"),
 )
+
+_F = TypeVar("_F", bound="Callable[..., object]")
+
+
+def declares(
+    *, capabilities: Iterable[str] = (), options: Mapping[str, object] | None = None
+) -> Callable[[_F], _F]:
+    """Put conformance declarations on a factory function, as a class carries them in its
+    ``conformance_capabilities`` / ``conformance_options`` attributes."""
+
+    def mark(func: _F) -> _F:
+        setattr(func, "conformance_capabilities", frozenset(capabilities))  # noqa: B010
+        setattr(func, "conformance_options", dict(options or {}))  # noqa: B010
+        return func
+
+    return mark
 
 
 def trusted_torch_io() -> object:
@@ -96,6 +127,7 @@ def trusted_background_io() -> object:
     return BackgroundCheckpointIO(TorchCheckpointIO(weights_only=False))
 
 
+@declares(capabilities={"data_parallel"})
 def ddp_strategy_for_this_world() -> object:
     """A ``DDPStrategy`` with one CPU device per rank of the harness's world (``WORLD_SIZE``)."""
     import os
@@ -108,6 +140,21 @@ def ddp_strategy_for_this_world() -> object:
     return DDPStrategy(parallel_devices=[torch.device("cpu")] * world_size)
 
 
+@declares(capabilities={"sharded_checkpoint"})
+def fsdp_strategy_for_this_world() -> object:
+    """An ``FSDPStrategy`` (sharded checkpoint layout, its ``DCPCheckpointIO``) with one CPU
+    device per rank of the harness's world (``WORLD_SIZE``)."""
+    import os
+
+    import torch
+
+    from trainspec.reference.strategies.fsdp import FSDPStrategy
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    return FSDPStrategy(parallel_devices=[torch.device("cpu")] * world_size)
+
+
+@declares(capabilities={"multi_process"}, options={"num_processes": 2})
 def spawn_launcher() -> object:
     """A two-process ``MultiprocessingLauncher`` (spawn)."""
     from trainspec.reference.launchers.spawn import MultiprocessingLauncher
@@ -117,63 +164,47 @@ def spawn_launcher() -> object:
 
 _HERE: Final = "trainspec.conformance.builtin_targets"
 
-_TORCH_FORMAT: Final = frozenset({"python_objects", "strided_tensors", "shared_storage", "pickle"})
-"""What the torch.save format stores (the CheckpointIO capabilities of the torch-based IOs)."""
-
 BUILTIN_TARGETS: Final[tuple[BuiltinTarget, ...]] = (
     BuiltinTarget("accelerator", "cpu", "trainspec.reference.accelerators.cpu:CPUAccelerator"),
     *(
-        BuiltinTarget("precision", flag, f"trainspec.reference.precisions:{cls}", caps)
-        for flag, cls, caps in _PRECISIONS
+        BuiltinTarget("precision", flag, f"trainspec.reference.precisions:{cls}")
+        for flag, cls in _PRECISIONS
     ),
     BuiltinTarget(
         "checkpoint_io",
         "torch",
         "trainspec.reference.checkpoint_io.torch_io:TorchCheckpointIO",
-        capabilities=_TORCH_FORMAT | {"local_paths"},
-        option_refs={"trusted_factory": f"{_HERE}:trusted_torch_io"},
         optional_capabilities={"fsspec_urls": "fsspec"},
     ),
     BuiltinTarget(
         "checkpoint_io",
         "async",
         "trainspec.reference.checkpoint_io.background:BackgroundCheckpointIO",
-        capabilities=_TORCH_FORMAT | {"local_paths", "async"},
-        option_refs={"trusted_factory": f"{_HERE}:trusted_background_io"},
         optional_capabilities={"fsspec_urls": "fsspec"},
     ),
     BuiltinTarget(
-        "checkpoint_io",
-        "memory",
-        "trainspec.reference.checkpoint_io.memory:MemoryCheckpointIO",
-        capabilities=_TORCH_FORMAT,  # no trusted_factory: a second instance has its own store
+        "checkpoint_io", "memory", "trainspec.reference.checkpoint_io.memory:MemoryCheckpointIO"
     ),
     BuiltinTarget(
         "checkpoint_io",
         "safetensors",
         "trainspec.reference.checkpoint_io.safetensors_io:SafetensorsCheckpointIO",
-        capabilities=frozenset({"local_paths"}),
-        option_refs={"dtypes": "trainspec.reference.checkpoint_io.safetensors_io:SUPPORTED_DTYPES"},
         optional_capabilities={"fsspec_urls": "fsspec"},
+        requires=("safetensors",),  # the `safetensors` extra
     ),
     BuiltinTarget(
         "collective", "single", "trainspec.reference.collectives.single:SingleProcessCollective"
     ),
     BuiltinTarget(
-        "cluster_environment", "local", "trainspec.reference.environments.local:LocalEnvironment"
+        "cluster_environment",
+        "local",
+        "trainspec.reference.cluster_environments.local:LocalEnvironment",
     ),
-    BuiltinTarget(
-        "launcher",
-        "spawn",
-        f"{_HERE}:spawn_launcher",
-        capabilities=frozenset({"multi_process"}),
-        options={"num_processes": 2},
-    ),
+    BuiltinTarget("launcher", "spawn", f"{_HERE}:spawn_launcher"),
     BuiltinTarget(
         "strategy",
         "single_device",
         "trainspec.reference.strategies.single_device:SingleDeviceStrategy",
-        capabilities=frozenset({"backward_sync"}),
     ),
     BuiltinTarget(
         "collective",
@@ -182,14 +213,14 @@ BUILTIN_TARGETS: Final[tuple[BuiltinTarget, ...]] = (
         world_size=2,
     ),
     BuiltinTarget(
-        "strategy",
-        "ddp (2 gloo ranks)",
-        f"{_HERE}:ddp_strategy_for_this_world",
-        capabilities=frozenset({"backward_sync", "data_parallel"}),
-        world_size=2,
+        "strategy", "ddp (2 gloo ranks)", f"{_HERE}:ddp_strategy_for_this_world", world_size=2
+    ),
+    BuiltinTarget(
+        "strategy", "fsdp (2 gloo ranks)", f"{_HERE}:fsdp_strategy_for_this_world", world_size=2
     ),
 )
-"""Every built-in target, in the order ``trainspec verify`` runs them."""
+"""Every built-in target, in the order ``trainspec verify`` runs them. What each implementation
+can do (capabilities, options) is declared on it; a row only says what to run here."""
 
 
 def builtin_targets(kind: str | None = None) -> list[BuiltinTarget]:

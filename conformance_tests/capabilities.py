@@ -6,34 +6,27 @@ not declared; a name outside the kind's vocabulary is a
 :class:`~trainspec.ConfigurationError` naming the valid ones, so a typo never silently skips
 checks.
 
-Two sources make up a kind's vocabulary:
+Both parts of a kind's vocabulary live in :data:`trainspec.conformance.kinds.KIND_TABLE`:
 
-- *structural* capabilities, defined here: declaring one makes the structure layer check an
-  extra protocol (``checkpoint_io`` + ``"async"`` is checked against
-  :class:`~trainspec.AsyncCheckpointIO`; a strategy's optional protocols from
-  :mod:`trainspec.capabilities`);
-- *behavioural* capabilities, defined by each checks module as ``CAPABILITIES: dict[str, str]``
-  (name -> description) in ``trainspec.conformance.checks.<kind>``; checks name them in
+- *structural* capabilities add a protocol to the structure layer (``checkpoint_io`` +
+  ``"async"`` is checked against :class:`~trainspec.AsyncCheckpointIO`; a strategy's optional
+  protocols from :mod:`trainspec.capabilities`). They are inferred: an instance that
+  implements the protocol has the capability; declaring one it does not implement fails the
+  structure layer;
+- *behavioural* capabilities are declared by the implementation; checks name them in
   ``@check(..., requires=...)``.
 
-Reading a behavioural vocabulary imports that kind's checks module (and so torch); the
-structural part imports nothing heavy.
+:func:`vocabulary` also imports the kind's checks module, which may add names of its own.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from trainspec import (
-    AsyncCheckpointIO,
-    BackwardSyncControl,
-    ConfigurationError,
-    ShardedModuleContext,
-    StepBoundary,
-)
+from trainspec import ConfigurationError
+from trainspec.conformance.kinds import KIND_TABLE, StructuralCapability
 
 if TYPE_CHECKING:
     from trainspec.conformance.core import Kind
@@ -48,50 +41,16 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class StructuralCapability:
-    """A capability that adds a protocol to the structure layer.
-
-    ``replaces_base`` is true when ``protocol`` extends the kind's protocol (it is then checked
-    instead of it, so a violation is reported once).
-    """
-
-    protocol: type
-    description: str
-    replaces_base: bool = False
-
-
 STRUCTURAL_CAPABILITIES: Final[Mapping[str, Mapping[str, StructuralCapability]]] = {
-    "checkpoint_io": {
-        "async": StructuralCapability(
-            AsyncCheckpointIO,
-            "saves complete in the background (trainspec.AsyncCheckpointIO: ACKPT-1 ... ACKPT-5)",
-            replaces_base=True,
-        ),
-    },
-    "strategy": {
-        "backward_sync": StructuralCapability(
-            BackwardSyncControl,
-            "gradient synchronisation can be skipped for accumulation "
-            "(trainspec.BackwardSyncControl: SYNC-1)",
-        ),
-        "sharded_module": StructuralCapability(
-            ShardedModuleContext,
-            "modules can be built directly in sharded form "
-            "(trainspec.ShardedModuleContext: SHARD-1)",
-        ),
-        "step_boundary": StructuralCapability(
-            StepBoundary,
-            "lazy execution with an explicit step boundary (trainspec.StepBoundary: STEP-1)",
-        ),
-    },
+    kind: spec.structural for kind, spec in KIND_TABLE.items() if spec.structural
 }
-"""Kind -> capability name -> the protocol it adds to the structure layer."""
+"""Kind -> capability name -> the protocol it adds to the structure layer (from
+:data:`~trainspec.conformance.kinds.KIND_TABLE`)."""
 
 
 def checks_module_name(kind: Kind) -> str:
-    """The module that holds ``kind``'s behaviour checks."""
-    return f"trainspec.conformance.checks.{kind}"
+    """The module that holds ``kind``'s behaviour checks (the first of the table's)."""
+    return KIND_TABLE[kind].check_modules[0]
 
 
 def structural_protocols(kind: Kind, capabilities: Iterable[str]) -> list[type]:
@@ -103,11 +62,12 @@ def structural_protocols(kind: Kind, capabilities: Iterable[str]) -> list[type]:
 def vocabulary(kind: Kind) -> dict[str, str]:
     """Every capability ``kind`` knows, name -> description, sorted by name.
 
-    Imports ``kind``'s checks module for its ``CAPABILITIES``; a missing checks module
-    contributes nothing (the structural capabilities remain). Any other import error
-    propagates: a broken checks module is a bug in the kit, not in the target.
+    The kind's vocabulary in :data:`~trainspec.conformance.kinds.KIND_TABLE`, plus any
+    ``CAPABILITIES`` its checks module adds (a checks module may extend it, never shrink it).
+    A missing checks module contributes nothing. Any other import error propagates: a broken
+    checks module is a bug in the kit, not in the target.
     """
-    merged = {name: cap.description for name, cap in STRUCTURAL_CAPABILITIES.get(kind, {}).items()}
+    merged = KIND_TABLE[kind].vocabulary
     module_name = checks_module_name(kind)
     try:
         module = importlib.import_module(module_name)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CLAUSES", "SPEC_VERSION", "Clause", "clause"]
 
-SPEC_VERSION: Final = "1.0"
+SPEC_VERSION: Final = "1.1"
 """The version of ``docs/spec.md`` this module was generated from (``trainspec.SPEC_VERSION``)."""
 
 
@@ -405,6 +405,22 @@ CLAUSES: Final[Mapping[str, Clause]] = MappingProxyType(
             text=(
                 "`teardown()` MUST be idempotent and safe on a fresh instance, and "
                 "`save_checkpoint`, `load_checkpoint` and `remove_checkpoint` MUST work after it."
+            ),
+        ),
+        "CKPT-13": Clause(
+            id="CKPT-13",
+            title="special files are refused, never replaced, removed or waited on",
+            members=(
+                "CheckpointIO.save_checkpoint",
+                "CheckpointIO.remove_checkpoint",
+                "CheckpointIO.load_checkpoint",
+            ),
+            text=(
+                "When a FIFO, a character or block device or a socket is at a local `path`, "
+                "`save_checkpoint` and `remove_checkpoint` MUST raise `CheckpointWriteError` "
+                "naming the path and its type and MUST leave the special file in place, and "
+                "`load_checkpoint` MUST raise `CheckpointCorruptedError` naming the path without "
+                "blocking: it does not wait for a writer on a FIFO and does not read a device."
             ),
         ),
         "ACKPT-1": Clause(
@@ -875,8 +891,8 @@ CLAUSES: Final[Mapping[str, Clause]] = MappingProxyType(
             text=(
                 "`module_state_dict(module)` MUST return the state of the set-up `module` with "
                 "exactly the keys of the unwrapped module's `state_dict()` (no `module.`, "
-                "`_orig_mod.` or other wrapper prefix), and `load_module_state_dict` MUST load "
-                "such a state dict."
+                "`_orig_mod.`, FSDP or other wrapper prefix), and `load_module_state_dict` MUST "
+                "load such a state dict."
             ),
         ),
         "STRAT-15": Clause(
@@ -892,23 +908,27 @@ CLAUSES: Final[Mapping[str, Clause]] = MappingProxyType(
         ),
         "STRAT-16": Clause(
             id="STRAT-16",
-            title="checkpoints are written by global rank zero only",
+            title="checkpoints are written as the checkpoint layout says",
             members=("Strategy.save_checkpoint",),
             text=(
-                "`save_checkpoint(checkpoint, path, storage_options)` MUST call "
-                "`checkpoint_io.save_checkpoint` on global rank zero only, and every rank MUST "
-                "return only after the checkpoint is complete at `path`."
+                "`save_checkpoint(checkpoint, path, storage_options)` MUST, under the full layout, "
+                "call `checkpoint_io.save_checkpoint` on global rank zero only, and under the "
+                "sharded layout call the `DistributedCheckpointIO`'s `save_checkpoint` on every "
+                "rank with that rank's `checkpoint` as its part; either way every rank MUST return "
+                "only after the whole checkpoint is complete at `path`."
             ),
         ),
         "STRAT-17": Clause(
             id="STRAT-17",
-            title="checkpoints load on every rank and are removed by rank zero",
+            title="checkpoints load on every rank and are removed once",
             members=("Strategy.load_checkpoint", "Strategy.remove_checkpoint"),
             text=(
                 "`load_checkpoint(path)` MUST load through `checkpoint_io` on every rank with "
-                "every tensor on `root_device`, and `remove_checkpoint(path)` MUST call "
-                "`checkpoint_io.remove_checkpoint` on global rank zero only, every rank returning "
-                "after the removal."
+                "every tensor on `root_device`, and `remove_checkpoint(path)` MUST remove the "
+                "checkpoint once (under the full layout: `checkpoint_io.remove_checkpoint` on "
+                "global rank zero only; under the sharded layout: the `DistributedCheckpointIO`'s "
+                "collective `remove_checkpoint` on every rank), every rank returning after the "
+                "removal."
             ),
         ),
         "SYNC-1": Clause(
@@ -930,6 +950,16 @@ CLAUSES: Final[Mapping[str, Clause]] = MappingProxyType(
                 "A module built inside `sharded_module_context()` and passed to `setup_module` "
                 "MUST train like one built outside it: after the same steps from the same initial "
                 "state, the two give equal `module_state_dict`s within float tolerance."
+            ),
+        ),
+        "LAYOUT-1": Clause(
+            id="LAYOUT-1",
+            title="the checkpoint layout is declared and constant",
+            members=("CheckpointLayoutControl.checkpoint_layout",),
+            text=(
+                '`checkpoint_layout` MUST be `"full"` or `"sharded"`, the same on every rank and '
+                "constant while the strategy is set up, and under `\"sharded\"` the strategy's "
+                "`checkpoint_io` MUST be a `DistributedCheckpointIO`."
             ),
         ),
         "STEP-1": Clause(
@@ -983,6 +1013,84 @@ CLAUSES: Final[Mapping[str, Clause]] = MappingProxyType(
                 "Every error an implementation raises for bad input or a bad state MUST be an "
                 "instance of a `trainspec.TrainspecError` subclass (the one the clause names), and "
                 "its message MUST name the offending value and the valid choices or range."
+            ),
+        ),
+        "DCKPT-1": Clause(
+            id="DCKPT-1",
+            title="a sharded save loads back complete on every rank",
+            members=(
+                "DistributedCheckpointIO.save_checkpoint",
+                "DistributedCheckpointIO.load_checkpoint",
+            ),
+            text=(
+                "After every rank called `save_checkpoint(part, path)`, `load_checkpoint(path)` on "
+                "every rank MUST return the complete checkpoint: the parts' structure, every "
+                "sharded tensor as the complete tensor its shards form (dtype, shape and values), "
+                "every other value as the parts hold it."
+            ),
+        ),
+        "DCKPT-2": Clause(
+            id="DCKPT-2",
+            title="a sharded save is atomic as a whole",
+            members=("DistributedCheckpointIO.save_checkpoint",),
+            text=(
+                "A sharded save MUST be atomic as a whole: a reader sees the checkpoint previously "
+                "at `path` or the new complete one, never a mix of two saves or a checkpoint with "
+                "a rank's part missing, even if any rank is killed mid-save."
+            ),
+        ),
+        "DCKPT-3": Clause(
+            id="DCKPT-3",
+            title="missing, corrupted and unsafe checkpoints raise the checkpoint errors",
+            members=("DistributedCheckpointIO.load_checkpoint",),
+            text=(
+                "`load_checkpoint(path)` MUST raise `CheckpointNotFoundError` naming the path when "
+                "no checkpoint is at `path`, `CheckpointCorruptedError` naming the path when a "
+                "part or the metadata is missing, truncated or not of the format, and "
+                "`UnsafeCheckpointError` for content that needs code execution to load (never "
+                "executing it), on every rank that loads."
+            ),
+        ),
+        "DCKPT-4": Clause(
+            id="DCKPT-4",
+            title="removal is collective and idempotent",
+            members=("DistributedCheckpointIO.remove_checkpoint",),
+            text=(
+                "After `remove_checkpoint(path)` returns on every rank, `load_checkpoint(path)` "
+                "MUST raise `CheckpointNotFoundError` on every rank, and removing a path that "
+                "holds no checkpoint MUST NOT raise."
+            ),
+        ),
+        "DCKPT-5": Clause(
+            id="DCKPT-5",
+            title="checkpoints reshard between numbers of ranks",
+            members=("DistributedCheckpointIO.load_checkpoint",),
+            text=(
+                "A checkpoint saved on N ranks MUST load, equal as `DCKPT-1` says, on M ranks, for "
+                "M = N and M = 1 at least (and N = 1, M = N)."
+            ),
+        ),
+        "DCKPT-6": Clause(
+            id="DCKPT-6",
+            title="a failure on one rank reaches every rank",
+            members=("DistributedCheckpointIO.save_checkpoint",),
+            text=(
+                "When the save fails on any rank (storage refuses the write, or that rank's part "
+                "holds a value outside the value set), that rank MUST raise its error "
+                "(`CheckpointWriteError`, or `TypeError` for a value) and every other rank MUST "
+                "raise a `CheckpointError` or `CollectiveError` rather than hang or return, and "
+                "the checkpoint previously at `path` MUST still load unchanged."
+            ),
+        ),
+        "DCKPT-7": Clause(
+            id="DCKPT-7",
+            title="binding to the ranks is idempotent and reversible",
+            members=("DistributedCheckpointIO.setup", "DistributedCheckpointIO.teardown"),
+            text=(
+                "`setup(collective)` MUST bind the instance to the collective's ranks, again with "
+                "the same collective MUST be harmless, and `teardown()` MUST be idempotent and "
+                "leave an instance that works on one rank as a `CheckpointIO` and can be set up "
+                "again."
             ),
         ),
     }

@@ -3,7 +3,8 @@
 Subcommands are modules listed in :data:`COMMAND_MODULES`, each defining
 ``COMMAND: Command`` (see :mod:`trainspec.conformance._cli_common`); adding a subcommand is
 adding its module to the table. Exit status: 0 success, 1 failure (for ``verify``: a target
-does not conform), 2 a usage error, reported as one line on standard error.
+does not conform), 2 a usage error, reported as one line on standard error, 3 an internal
+error of ``verify``, 130 interrupted (Ctrl-C: one line, no traceback).
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ import trainspec
 from trainspec import ConfigurationError
 from trainspec.conformance._cli_common import Command, OneLineArgumentParser, UsageError
 
-__all__ = ["COMMAND_MODULES", "build_parser", "commands", "main"]
+__all__ = ["COMMAND_MODULES", "EXIT_INTERRUPTED", "build_parser", "commands", "main"]
+
+EXIT_INTERRUPTED: Final = 130
+"""The exit status after Ctrl-C (128 + SIGINT, as shells report it)."""
 
 COMMAND_MODULES: Final[tuple[str, ...]] = (
     "trainspec.conformance._cli_verify",
@@ -107,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigurationError as error:
         print(f"{prog}: error: {_one_line(str(error))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the commands' finally blocks have stopped their worlds
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _one_line(text: str) -> str:

@@ -6,8 +6,9 @@ a reason), and options (for example the device to run on). A *check* is a functi
 under a spec clause ID; it takes the target and returns normally (pass), raises
 :class:`CheckFailure` (fail) or :class:`CheckSkipped` (not applicable, with a reason).
 
-Checks register themselves with :func:`check` when their module (``trainspec.conformance.
-checks.<kind>``) is imported; :func:`checks_for` imports it on demand.
+Checks register themselves with :func:`check` when their module is imported; :func:`checks_for`
+imports the modules the table of kinds lists for a kind (``trainspec.conformance.checks.<kind>``
+and its submodules) and returns the checks those modules define.
 """
 
 from __future__ import annotations
@@ -145,8 +146,16 @@ class Check:
     doc: str
 
     def run(self, target: Target[Any]) -> None:
-        """Run against ``target``; raises CheckFailure / CheckSkipped as the check decides."""
+        """Run against ``target``; raises CheckFailure / CheckSkipped as the check decides.
+
+        A required structural capability (``async``, ``backward_sync``, ...) the target does
+        not list is inferred from an instance (``isinstance`` with its protocol)."""
         missing = self.requires - target.capabilities
+        if missing:
+            from trainspec.conformance.kinds import KIND_TABLE, infer_structural
+
+            if missing <= KIND_TABLE[self.kind].structural.keys():
+                missing -= infer_structural(self.kind, target.make())
         if missing:
             raise CheckSkipped(f"capability not declared: {', '.join(sorted(missing))}")
         self.func(target)
@@ -187,16 +196,29 @@ def check(
     return register
 
 
-def checks_for(kind: Kind) -> list[Check]:
-    """Every registered check for ``kind``, in layer order then definition order."""
-    importlib.import_module(f"trainspec.conformance.checks.{kind}")
-    found = [c for c in _REGISTRY.values() if c.kind == kind]
-    return sorted(found, key=lambda c: LAYERS.index(c.layer))
+def checks_for(kind: Kind, *, distributed: bool = False) -> list[Check]:
+    """Every check of ``kind`` in the modules :data:`trainspec.conformance.kinds.KIND_TABLE`
+    lists for it, in layer order, then the table's module order, then definition order.
+
+    Imports those modules explicitly and returns only the checks they define, whatever else was
+    imported before (the result never depends on import history). With ``distributed``, the
+    modules of the checks that run only on a world's ranks
+    (``KindSpec.distributed_check_modules``) are included too."""
+    from trainspec.conformance.kinds import KIND_TABLE
+
+    spec = KIND_TABLE[kind]
+    modules = (*spec.check_modules, *(spec.distributed_check_modules if distributed else ()))
+    for module in modules:
+        importlib.import_module(module)
+    position = {module: index for index, module in enumerate(modules)}
+    found = [c for c in _REGISTRY.values() if c.kind == kind and c.func.__module__ in position]
+    return sorted(found, key=lambda c: (LAYERS.index(c.layer), position[c.func.__module__]))
 
 
-def all_checks() -> list[Check]:
-    """Every check of every kind."""
+def all_checks(*, distributed: bool = False) -> list[Check]:
+    """Every check of every kind (with ``distributed``, those that run only on a world's ranks
+    too), each kind as :func:`checks_for` orders it."""
     result: list[Check] = []
     for kind in KINDS:
-        result.extend(checks_for(kind))
+        result.extend(checks_for(kind, distributed=distributed))
     return result

@@ -10,8 +10,6 @@ cluster-environment checks themselves.
 
 from __future__ import annotations
 
-import socket
-
 from trainspec.cluster_environment import ClusterEnvironment
 from trainspec.errors import ConfigurationError
 
@@ -21,12 +19,13 @@ __all__ = ["SingleProcessEnvironment", "StaticEnvironment", "free_port"]
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on ``host`` that was free a moment ago (the operating system's pick).
 
-    Another process may take it before it is used; callers that need certainty retry.
+    Another process may take it before it is used; callers that need certainty retry. The
+    one implementation is the reference environments' ``find_free_port``: an address that is
+    not local raises :class:`~trainspec.ConfigurationError` naming it.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-    return port
+    from trainspec.reference.cluster_environments._variables import find_free_port
+
+    return find_free_port(host, owner="free_port")
 
 
 class StaticEnvironment(ClusterEnvironment):

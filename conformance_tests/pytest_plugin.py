@@ -144,7 +144,10 @@ class TrainspecCheckItem(pytest.Item):
         if self.check is None:
             assert_structure_result(self.target_session)
         else:
-            report_outcome(self.target_session.result(self.check))
+            report_outcome(
+                self.target_session.result(self.check),
+                self.target_session.teardown_result(self.check),
+            )
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         """Where the item comes from, for pytest's output."""
@@ -160,9 +163,15 @@ def _details(result: CheckResult) -> str:
     return text
 
 
-def report_outcome(result: CheckResult) -> None:
+def report_outcome(result: CheckResult, lifecycle: CheckResult | None = None) -> None:
     """Turn a verdict into the pytest outcome: return (passed), ``pytest.fail``,
-    ``pytest.skip`` or ``pytest.xfail``."""
+    ``pytest.skip`` or ``pytest.xfail``. ``lifecycle`` is the result filed under the kind's
+    lifecycle clause when tearing down the check's instances failed: it fails the test item
+    too, after the check's own failure."""
+    if lifecycle is not None and lifecycle.status in ("failed", "error", "xpassed"):
+        if result.status in ("failed", "error", "xpassed"):
+            pytest.fail(_details(result) + "\n\n" + _details(lifecycle), pytrace=False)
+        pytest.fail(_details(lifecycle), pytrace=False)
     if result.status == "passed":
         return
     if result.status in ("skipped", "blocked"):
@@ -175,7 +184,10 @@ def report_outcome(result: CheckResult) -> None:
 def assert_structure_result(session: TargetSession) -> None:
     """Fail (with every violation at once) if the structure layer failed."""
     results = session.structure_results()
+    lifecycle = session.teardown_result(None)
     failing = [r for r in results if r.status in ("failed", "error", "xpassed")]
+    if not failing and lifecycle is not None and lifecycle.status == "failed":
+        pytest.fail(_details(lifecycle), pytrace=False)
     if failing:
         pytest.fail(
             f"{session.name} does not match its protocol ({len(failing)} problem"

@@ -30,9 +30,12 @@ package; :func:`json_schema` loads it).
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import importlib.metadata
 import json
+import os
 import platform
+import stat
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -60,6 +63,7 @@ __all__ = [
     "Summary",
     "TargetReport",
     "json_schema",
+    "repro_snippet",
 ]
 
 Status = Literal["passed", "failed", "skipped", "xfailed", "xpassed", "blocked", "error"]
@@ -363,10 +367,12 @@ class Report:
         )
 
     def write_json(self, path: str | Path) -> None:
-        """Write :meth:`to_json` to ``path`` (parents created)."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(self.to_json() + "\n", encoding="utf-8")
+        """Write :meth:`to_json` to ``path`` (parents created).
+
+        Raises ``OSError`` when something other than a regular file is at ``path`` (a FIFO,
+        a device, a directory), without blocking on a FIFO that has no reader.
+        """
+        _write_regular_file(path, self.to_json() + "\n")
 
     # -- JUnit XML ------------------------------------------------------------------------------
 
@@ -458,10 +464,9 @@ class Report:
         return suite
 
     def write_junit(self, path: str | Path) -> None:
-        """Write :meth:`to_junit_xml` to ``path`` (parents created)."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(self.to_junit_xml(), encoding="utf-8")
+        """Write :meth:`to_junit_xml` to ``path`` (parents created); ``OSError`` as for
+        :meth:`write_json`."""
+        _write_regular_file(path, self.to_junit_xml())
 
     # -- terminal -------------------------------------------------------------------------------
 
@@ -472,14 +477,23 @@ class Report:
         noun = "target" if targets == 1 else "targets"
         return f"{targets} {noun}: {self.summary} in {self.duration_s:.2f}s: {verdict}"
 
-    def render(self, console: Console | None = None, *, quiet: bool = False) -> None:
+    def render(
+        self,
+        console: Console | None = None,
+        *,
+        quiet: bool = False,
+        show_repro: bool = False,
+    ) -> None:
         """Print a table per target (clause, check, status, first message line) and a summary.
 
-        With ``quiet`` only results that need attention (failed, xpassed, error) are listed.
-        ``console`` defaults to a rich Console on standard output.
+        With ``quiet`` only results that need attention (failed, xpassed, error) are listed;
+        with ``show_repro`` each of those is followed by its "To reproduce" snippet.
+        ``console`` defaults to a rich Console on standard output. Every text that comes from
+        a plugin (names, messages, snippets) is printed literally, never read as rich markup.
+        When the table would not fit the console's width without breaking a check name, each
+        result is listed on its own lines instead (the check name on a line of its own).
         """
         from rich.console import Console
-        from rich.table import Table
         from rich.text import Text
 
         console = console if console is not None else Console()
@@ -489,23 +503,13 @@ class Report:
                 title += f" {target.version}"
             rows = [r for r in target.results if not quiet or r.status in FAILING_STATUSES]
             if rows:
-                table = Table(title=title, title_justify="left", expand=False)
-                table.add_column("Clause", no_wrap=True)
-                table.add_column("Check", overflow="fold")
-                table.add_column("Status", no_wrap=True)
-                table.add_column("Message", overflow="fold")
-                for result in rows:
-                    table.add_row(
-                        result.clause,
-                        result.check,
-                        Text(result.status, style=_STYLES[result.status]),
-                        result.summary_line,
-                    )
-                console.print(table)
+                _print_results(console, title, rows)
             elif not quiet:
                 console.print(Text(title, style="bold"))
             for problem in target.problems:
                 console.print(Text(f"  problem: {problem}", style="red"))
+            if show_repro:
+                _print_repros(console, target)
             line = (
                 f"{target.kind}: {target.name}: skipped: {target.skipped}"
                 if target.skipped is not None
@@ -514,9 +518,10 @@ class Report:
             console.print(Text(line, style=_VERDICT_STYLES[target.verdict]))
         console.print(Text(self.summary_line(), style="bold " + ("green" if self.ok else "red")))
 
-    def render_matrix(self, console: Console | None = None) -> None:
+    def render_matrix(self, console: Console | None = None, *, show_repro: bool = False) -> None:
         """Print one row per target and one column per layer (counts by status), the skip
-        reasons, every result that fails the run, and the summary line."""
+        reasons, every result that fails the run (with its snippet when ``show_repro``), and
+        the summary line. Plugin text is printed literally."""
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
@@ -542,7 +547,7 @@ class Report:
                         cell.append(f"{counts[status]} {_SHORT[status]}", style=_STYLES[status])
                 cells.append(cell)
             table.add_row(
-                f"{target.kind}: {target.name}",
+                Text(f"{target.kind}: {target.name}"),
                 *cells,
                 Text(target.verdict, style=_VERDICT_STYLES[target.verdict]),
             )
@@ -555,24 +560,130 @@ class Report:
             )
             if why:
                 console.print(Text(f"  {target.kind}: {target.name}: skipped: {why}", "dim"))
-        failing = [
-            (target, r)
-            for target in self.targets
-            for r in target.results
-            if r.status in FAILING_STATUSES
-        ]
-        for target, result in failing:
-            console.print(
-                Text(
-                    f"{target.kind}: {target.name}: {result.clause} {result.check}: "
-                    f"{result.status}: {result.summary_line}",
-                    style="red",
+        for target in self.targets:
+            for result in target.results:
+                if result.status not in FAILING_STATUSES:
+                    continue
+                console.print(
+                    Text(
+                        f"{target.kind}: {target.name}: {result.clause} {result.check}: "
+                        f"{result.status}: {result.summary_line}",
+                        style="red",
+                    )
                 )
-            )
+            if show_repro:
+                _print_repros(console, target)
         for target in self.targets:
             for problem in target.problems:
                 console.print(Text(f"{target.kind}: {target.name}: problem: {problem}", "red"))
         console.print(Text(self.summary_line(), style="bold " + ("green" if self.ok else "red")))
+
+
+_REPRO_MARKER: Final = "\n\nTo reproduce:\n"
+_TABLE_MIN_MESSAGE: Final = 24
+"""The narrowest message column worth a table; below it, results are listed line by line."""
+_TABLE_CHROME: Final = 13
+"""Columns a four-column rich table spends on borders (5) and cell padding (8)."""
+
+
+def repro_snippet(message: str) -> str:
+    """The "To reproduce" snippet in a failure ``message`` (dedented), or ``""``.
+
+    Failure messages (:class:`~trainspec.conformance.core.CheckFailure`) end with
+    ``"\\n\\nTo reproduce:\\n"`` and the snippet's lines indented by four spaces; whatever
+    follows the snippet (a cleanup note, hypothesis' notes) is not part of it.
+    """
+    _, marker, rest = message.partition(_REPRO_MARKER)
+    if not marker:
+        return ""
+    lines: list[str] = []
+    for line in rest.splitlines():
+        if line and not line.startswith("    "):
+            break
+        lines.append(line[4:])
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(lines)
+
+
+def _print_results(console: Console, title: str, rows: list[CheckResult]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    widest = {
+        "clause": max(len("Clause"), *(len(r.clause) for r in rows)),
+        "check": max(len("Check"), *(len(r.check) for r in rows)),
+        "status": max(len("Status"), *(len(r.status) for r in rows)),
+    }
+    if sum(widest.values()) + _TABLE_CHROME + _TABLE_MIN_MESSAGE <= console.width:
+        table = Table(title=Text(title), title_justify="left", expand=False)
+        table.add_column("Clause", no_wrap=True)
+        table.add_column("Check", no_wrap=True, min_width=widest["check"])
+        table.add_column("Status", no_wrap=True)
+        table.add_column("Message", overflow="fold")
+        for result in rows:
+            table.add_row(
+                Text(result.clause),
+                Text(result.check),
+                Text(result.status, style=_STYLES[result.status]),
+                Text(result.summary_line),
+            )
+        console.print(table)
+        return
+    # Too narrow for a table that keeps check names whole: one block per result.
+    console.print(Text(title, style="bold"))
+    for result in rows:
+        head = Text()
+        head.append(result.status, style=_STYLES[result.status])
+        head.append(f"  {result.clause}")
+        console.print(head)
+        console.print(Text(f"  {result.check}"), soft_wrap=True)  # never broken by rich
+        if result.summary_line:
+            console.print(Text(f"    {result.summary_line}", overflow="fold"))
+
+
+def _print_repros(console: Console, target: TargetReport) -> None:
+    from rich.text import Text
+
+    for result in target.results:
+        if result.status not in FAILING_STATUSES:
+            continue
+        code = repro_snippet(result.message)
+        if not code:
+            continue
+        console.print(
+            Text(f"To reproduce {result.clause} {result.check} ({target.name}):", style="bold")
+        )
+        # soft_wrap: long code lines are left to the terminal, never broken by rich, so that
+        # the snippet can be copied as it is.
+        console.print(Text(code), soft_wrap=True)
+        console.print()
+
+
+def _write_regular_file(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to the regular file ``path``, creating it and its parents.
+
+    Opened non-blocking and checked with ``fstat`` before anything is truncated: a FIFO
+    without a reader fails at once (``ENXIO``) instead of hanging, and a FIFO with a reader, a
+    device or a directory raises ``OSError`` naming the path and what is there.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(target, flags, 0o666)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device or special file"
+            raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(target))
+        os.ftruncate(fd, 0)
+        data = text.encode("utf-8")
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+    finally:
+        os.close(fd)
 
 
 def _skip_summary(reasons: list[str]) -> str:

@@ -4,19 +4,22 @@
 pytest suites all drive a :class:`TargetSession`, so they agree on every verdict:
 
 1. the configuration is validated first: capabilities against the kind's vocabulary,
+   options against the kind's typed options (parsed to their types once),
    ``expected_failures`` and ``select`` against the IDs the kind's checks use, ``layers``
    against :data:`~trainspec.conformance.core.LAYERS`; anything unknown raises
-   :class:`~trainspec.ConfigurationError` naming the valid choices;
-2. the structure layer runs on one instance (:mod:`trainspec.conformance.structure`); if it
-   fails, every other check is ``blocked`` ("not run: structure failed"), not failed;
+   :class:`~trainspec.ConfigurationError` naming the valid choices. A class (or factory
+   function) may carry its own declarations (:func:`declarations_of`);
+2. the structure layer runs on one instance (:mod:`trainspec.conformance.structure`), which
+   also tells the structural capabilities the instance has (``isinstance``); if it fails,
+   every other check is ``blocked`` ("not run: structure failed"), not failed;
 3. the selected checks run in layer order, each on fresh instances from the factory, each
-   under a watchdog (``timeout_s``), and every instance the factory made is torn down
-   afterwards (``teardown()`` if it has one), even when the check fails; a check in a later
-   layer whose clause already failed in an earlier layer is ``blocked``;
-4. ``expected_failures`` (``{clause or check name: reason}``) turn failures into ``xfailed``;
-   a declared failure that passes is ``xpassed``, which fails the run ("remove it"). Keyed by
-   a clause, the declaration is satisfied when any check of that clause fails;
-5. a target on which no check beyond the structure layer produced a verdict is not ``ok``.
+   under a watchdog (``timeout_s``), inside the kind's sandbox (``os.environ`` for cluster
+   environments), and every instance the factory made is torn down afterwards
+   (``teardown()`` if it has one), even when the check fails.
+
+This module only *runs* checks and records a raw outcome per run; the verdicts (blocking,
+expected failures, teardown failures filed under the kind's lifecycle clause, the zero-checks
+rule) are :mod:`trainspec.conformance.verdict`'s, shared with the distributed harness.
 """
 
 from __future__ import annotations
@@ -31,13 +34,12 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final, cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final, cast
 
 import trainspec
 from trainspec import ConfigurationError
-from trainspec.conformance import core
+from trainspec.conformance import core, verdict
 from trainspec.conformance.capabilities import (
     STRUCTURAL_CAPABILITIES,
     checks_module_name,
@@ -45,6 +47,12 @@ from trainspec.conformance.capabilities import (
     vocabulary,
 )
 from trainspec.conformance.core import KINDS, LAYERS, Check, CheckSkipped, Kind
+from trainspec.conformance.kinds import (
+    coerce_options,
+    infer_structural,
+    kind_spec,
+    parse_options,
+)
 from trainspec.conformance.report import (
     FAILING_STATUSES,
     CheckResult,
@@ -61,10 +69,18 @@ from trainspec.conformance.structure import (
     protocol_members,
     protocols_for,
 )
+from trainspec.conformance.verdict import STRUCTURE, RawOutcome
+from trainspec.reference._messages import describe_value as _describe
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
+    "CAPABILITIES_ATTRIBUTE",
     "DEFAULT_TIMEOUT_S",
+    "OPTIONS_ATTRIBUTE",
     "TargetSession",
+    "declarations_of",
     "discover_version",
     "load_object",
     "load_target",
@@ -151,7 +167,7 @@ def make_target(
             name=name or base.name,
             capabilities=base.capabilities | frozenset(capabilities),
             expected_failures={**base.expected_failures, **(expected_failures or {})},
-            options={**base.options, **(options or {})},
+            options=coerce_options(checked, {**base.options, **(options or {})}),
         )
     if not callable(obj):
         raise ConfigurationError(
@@ -160,14 +176,51 @@ def make_target(
             f"{type(obj).__name__} {obj!r:.80}"
         )
     factory = cast("Callable[[], object]", obj)
+    declared_capabilities, declared_options = declarations_of(obj)
     return core.Target(
         kind=checked,
         factory=factory,
         name=name,
-        capabilities=frozenset(capabilities),
+        capabilities=declared_capabilities | frozenset(capabilities),
         expected_failures=dict(expected_failures or {}),
-        options=dict(options or {}),
+        options=coerce_options(checked, {**declared_options, **(options or {})}),
     )
+
+
+CAPABILITIES_ATTRIBUTE: Final = "conformance_capabilities"
+"""The attribute of a class (or factory function) naming the behavioural capabilities its
+instances have: a collection of names of the kind's vocabulary."""
+OPTIONS_ATTRIBUTE: Final = "conformance_options"
+"""The attribute of a class (or factory function) giving the options its conformance run
+needs: a mapping of option name to value (a string is parsed to the option's type, so
+``"package.module:attribute"`` can name a factory without importing it)."""
+
+
+def declarations_of(obj: object) -> tuple[frozenset[str], dict[str, object]]:
+    """The capabilities and options ``obj`` (a class or factory function) declares on itself
+    (:data:`CAPABILITIES_ATTRIBUTE`, :data:`OPTIONS_ATTRIBUTE`); empty when it declares none.
+    A malformed declaration is a :class:`~trainspec.ConfigurationError`."""
+    where = getattr(obj, "__qualname__", type(obj).__name__)
+    capabilities: object = getattr(obj, CAPABILITIES_ATTRIBUTE, frozenset())
+    options: object = getattr(obj, OPTIONS_ATTRIBUTE, {})
+    if isinstance(capabilities, str) or not isinstance(capabilities, (set, frozenset, list, tuple)):
+        raise ConfigurationError(
+            f"{where}.{CAPABILITIES_ATTRIBUTE} must be a collection of capability names "
+            f"(e.g. frozenset({{'local_paths'}})); got {_describe(capabilities)}"
+        )
+    names = cast("Iterable[object]", capabilities)
+    if not all(isinstance(name, str) for name in names):
+        raise ConfigurationError(
+            f"{where}.{CAPABILITIES_ATTRIBUTE} must hold strings; got {_describe(capabilities)}"
+        )
+    if not isinstance(options, Mapping) or not all(
+        isinstance(key, str) for key in cast("Mapping[object, object]", options)
+    ):
+        raise ConfigurationError(
+            f"{where}.{OPTIONS_ATTRIBUTE} must be a mapping of option name to value; got "
+            f"{_describe(options)}"
+        )
+    return frozenset(cast("Iterable[str]", names)), dict(cast("Mapping[str, object]", options))
 
 
 def load_target(
@@ -231,14 +284,6 @@ def _packages_distributions() -> Mapping[str, list[str]]:
 # -- running one callable --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    status: Status
-    message: str = ""
-    traceback: str = ""
-    duration_s: float = 0.0
-
-
 def _trimmed_traceback(error: BaseException) -> str:
     tb = error.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename in _INTERNAL_FILES:
@@ -269,16 +314,16 @@ def _is_pytest_skip(error: BaseException) -> bool:
     return type(error).__name__ == "Skipped" and type(error).__module__ == "_pytest.outcomes"
 
 
-def _classify(error: BaseException) -> _Outcome:
+def _classify(error: BaseException) -> RawOutcome:
     leaves = _leaves(error)
     if all(isinstance(e, CheckSkipped) for e in leaves):
-        return _Outcome("skipped", "; ".join(cast("CheckSkipped", e).reason for e in leaves))
+        return RawOutcome("skipped", "; ".join(cast("CheckSkipped", e).reason for e in leaves))
     if all(_is_pytest_skip(e) for e in leaves):
-        return _Outcome("skipped", "; ".join(str(e) for e in leaves))
+        return RawOutcome("skipped", "; ".join(str(e) for e in leaves))
     if all(isinstance(e, AssertionError) for e in leaves):  # CheckFailure and plain asserts
         message = "\n\n".join(_with_notes(e) for e in leaves)
-        return _Outcome("failed", message, _trimmed_traceback(error))
-    return _Outcome(
+        return RawOutcome("failed", message, _trimmed_traceback(error))
+    return RawOutcome(
         "error",
         f"{type(error).__name__}: {_with_notes(error)}\n(the check raised an exception "
         "instead of a verdict; when the implementation raised it, it likely violates the "
@@ -287,23 +332,23 @@ def _classify(error: BaseException) -> _Outcome:
     )
 
 
-def _run_guarded(body: Callable[[], None], *, name: str, timeout_s: float | None) -> _Outcome:
+def _run_guarded(body: Callable[[], None], *, name: str, timeout_s: float | None) -> RawOutcome:
     """Run ``body``; pass unless it raises. Under a watchdog thread when ``timeout_s`` is set."""
     start = time.perf_counter()
     if timeout_s is None:
         try:
             body()
-            outcome = _Outcome("passed")
+            outcome = RawOutcome("passed")
         except (Exception, SystemExit) as error:  # ExceptionGroup is an Exception
             outcome = _classify(error)
         return dataclasses.replace(outcome, duration_s=time.perf_counter() - start)
 
-    box: list[_Outcome] = []
+    box: list[RawOutcome] = []
 
     def worker() -> None:
         try:
             body()
-            box.append(_Outcome("passed"))
+            box.append(RawOutcome("passed"))
         except BaseException as error:  # the thread must report, whatever happened
             box.append(_classify(error))
 
@@ -314,7 +359,7 @@ def _run_guarded(body: Callable[[], None], *, name: str, timeout_s: float | None
     if thread.is_alive():
         frame = sys._current_frames().get(thread.ident or -1)
         stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
-        return _Outcome(
+        return RawOutcome(
             "failed",
             f"{name} did not finish within {timeout_s:g} s (timeout_s); a hang is a "
             "failure. The check's thread is left running; its stack is in the traceback.",
@@ -354,15 +399,6 @@ def _valid_timeout(timeout_s: object) -> bool:
     return math.isfinite(seconds) and 0 < seconds <= threading.TIMEOUT_MAX
 
 
-def _describe(value: object, limit: int = 80) -> str:
-    """``repr(value)`` for a message: cut after ``limit`` characters, never raising."""
-    try:
-        text = repr(value)
-    except Exception as error:  # an int of over 4300 digits, a broken __repr__
-        return f"<{type(value).__name__} whose repr raises {type(error).__name__}>"
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
 def _suggest(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
     return f" (did you mean {', '.join(close)}?)" if close else ""
@@ -386,7 +422,12 @@ class TargetSession:
         layers: Iterable[str] | None = None,
         select: Iterable[str] | None = None,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
+        distributed: bool = False,
     ) -> None:
+        # ``distributed``: also know the checks that run only on a world's ranks (the
+        # distributed harness plans with it, so that ``select`` and ``expected_failures`` may
+        # name them).
+        self._distributed = distributed
         self.target = target
         self.kind: Kind = _check_kind(target.kind)
         self.timeout_s = timeout_s
@@ -407,6 +448,10 @@ class TargetSession:
         self._problems: list[str] = []
         all_checks, known_capabilities = self._load_checks()
         self.protocols = protocols_for(self.kind, target.capabilities)
+        # Options are validated and parsed to their types once; the checks get the parsed ones.
+        self._running = dataclasses.replace(
+            target, options=parse_options(self.kind, target.options)
+        )
         if known_capabilities is not None:
             validate_capabilities(self.kind, target.capabilities, known_capabilities)
         for key, reason in target.expected_failures.items():
@@ -430,8 +475,16 @@ class TargetSession:
                 self._validate_ids("select", wanted, all_checks)
             selected = [c for c in selected if c.name in wanted or c.clause in wanted]
         self.checks: tuple[Check, ...] = tuple(selected)
-        self._raw: dict[str, _Outcome] = {}
+        self._raw: dict[str, RawOutcome] = {}
         self._structure: tuple[CheckResult, ...] | None = None
+        self._structure_raw: tuple[CheckResult, ...] = ()
+        spec = kind_spec(self.kind)
+        self._sandbox = spec.sandbox
+        self._declarations = verdict.Declarations(
+            name=self.name,
+            expected_failures=dict(target.expected_failures),
+            lifecycle_clause=spec.lifecycle_clause,
+        )
         self._elapsed = 0.0
 
     # -- configuration ------------------------------------------------------------------------
@@ -439,7 +492,7 @@ class TargetSession:
     def _load_checks(self) -> tuple[list[Check] | None, dict[str, str] | None]:
         module = checks_module_name(self.kind)
         try:
-            return core.checks_for(self.kind), vocabulary(self.kind)
+            return core.checks_for(self.kind, distributed=self._distributed), vocabulary(self.kind)
         except ModuleNotFoundError as error:
             if error.name != module:
                 self._problems.append(f"importing {module} failed: {type(error).__name__}: {error}")
@@ -462,6 +515,9 @@ class TargetSession:
                 ids.add(f"structure:{protocol.__name__}.{member.name}")
                 ids.update(member.clauses)
         ids.add("structure:factory")
+        lifecycle = kind_spec(self.kind).lifecycle_clause
+        if lifecycle:  # a failing teardown is filed under it, whatever the selected checks
+            ids.add(lifecycle)
         return ids
 
     def _validate_ids(self, what: str, keys: Iterable[str], checks: Sequence[Check]) -> None:
@@ -488,46 +544,34 @@ class TargetSession:
 
     def _tracking_target(self) -> tuple[core.Target[object], list[object]]:
         made: list[object] = []
-        original = self.target.factory
+        original = self._running.factory
 
         def factory() -> object:
             instance = original()
             made.append(instance)
             return instance
 
-        tracked = dataclasses.replace(self.target, factory=factory, name=self.name)
+        factory.__wrapped__ = original  # type: ignore[attr-defined]  # snippets import it
+        tracked = dataclasses.replace(self._running, factory=factory, name=self.name)
         return tracked, made
 
-    def _run_body(
-        self,
-        name: str,
-        body: Callable[[core.Target[object]], None],
-        *,
-        judge_teardown: bool = True,
-    ) -> _Outcome:
+    def _run_body(self, name: str, body: Callable[[core.Target[object]], None]) -> RawOutcome:
+        """Run ``body`` on a target whose instances are tracked and torn down afterwards,
+        everything inside the kind's sandbox; the teardown problems go in the outcome."""
         tracked, made = self._tracking_target()
         teardown_problems: list[str] = []
+        sandbox = self._sandbox
 
         def wrapped() -> None:
-            try:
-                body(tracked)
-            finally:
-                teardown_problems.extend(_teardown_all(made))
+            with sandbox():
+                try:
+                    body(tracked)
+                finally:
+                    teardown_problems.extend(_teardown_all(made))
 
         outcome = _run_guarded(wrapped, name=name, timeout_s=self.timeout_s)
         self._elapsed += outcome.duration_s
-        if teardown_problems and judge_teardown:
-            note = "cleanup after the check: " + "; ".join(teardown_problems)
-            if outcome.status == "passed":
-                return _Outcome(
-                    "error",
-                    f"the check passed, but tearing down the instances it made failed: {note}. "
-                    "teardown() must be idempotent and safe in any state.",
-                    "",
-                    outcome.duration_s,
-                )
-            return dataclasses.replace(outcome, message=f"{outcome.message}\n({note})")
-        return outcome
+        return dataclasses.replace(outcome, teardown=tuple(teardown_problems))
 
     def structure_results(self) -> tuple[CheckResult, ...]:
         """The structure layer's results (run once): one passed result per protocol that
@@ -540,6 +584,10 @@ class TargetSession:
 
         def body(target: core.Target[object]) -> None:
             first = target.make()
+            inferred = infer_structural(self.kind, first)
+            capabilities = self.target.capabilities | inferred
+            self.protocols = protocols_for(self.kind, capabilities)
+            self._running = dataclasses.replace(self._running, capabilities=capabilities)
             second = target.make()
             if first is second:
                 fresh_problem.append(
@@ -548,8 +596,8 @@ class TargetSession:
                 )
             violations_box.append(list(check_structure(first, self.protocols)))
 
-        # Teardown behaviour is judged by the behaviour checks of its clause, not here.
-        outcome = self._run_body("structure", body, judge_teardown=False)
+        outcome = self._run_body("structure", body)
+        self._raw[STRUCTURE] = RawOutcome("passed", teardown=outcome.teardown)
         results: list[CheckResult] = []
         if outcome.status != "passed":
             message = outcome.message
@@ -601,9 +649,8 @@ class TargetSession:
                             violation.message,
                         )
                     )
-        # Structure results pass under their protocol's prefix, which is not an ID that
-        # expected_failures accepts, so a clause-keyed declaration never needs other results.
-        self._structure = tuple(_titled(self._expect(r, lambda _clause: False)) for r in results)
+        self._structure_raw = tuple(results)
+        self._structure = verdict.judge_structure(results, self._declarations)
         return self._structure
 
     @property
@@ -611,122 +658,61 @@ class TargetSession:
         """Whether the structure layer failed (which blocks every other check)."""
         return any(r.status in FAILING_STATUSES for r in self.structure_results())
 
-    def _raw_outcome(self, check: Check) -> _Outcome:
-        if check.name not in self._raw:
-            self._raw[check.name] = self._run_body(check.name, check.run)
-        return self._raw[check.name]
-
-    def _blocked_by(self, check: Check) -> str | None:
-        if self.structure_failed:
-            failed = [r.check for r in self.structure_results() if r.status in FAILING_STATUSES]
-            return f"not run: structure failed ({', '.join(failed)})"
-        layer = LAYERS.index(check.layer)
-        for earlier in self.checks:
-            if earlier.clause != check.clause or LAYERS.index(earlier.layer) >= layer:
+    def _ensure_run(self, check: Check) -> None:
+        """Run what ``check``'s verdict depends on (its clause's checks, in layer order),
+        except what is blocked."""
+        self.structure_results()
+        for needed in verdict.dependencies(check, self.checks):
+            if needed.name in self._raw:
                 continue
-            if self._blocked_by(earlier) is None and self._raw_outcome(earlier).status in _BLOCKING:
-                return (
-                    f"not run: {earlier.name} ({earlier.clause}, {earlier.layer} layer) failed; "
-                    "fix that first"
-                )
-        return None
-
-    def _clause_failed_elsewhere(self, clause: str, name: str) -> bool:
-        for other in self.checks:
-            if other.clause == clause and other.name != name and self._blocked_by(other) is None:
-                if self._raw_outcome(other).status in _BLOCKING:
-                    return True
-        return False
-
-    def _expect(self, result: CheckResult, failed_elsewhere: Callable[[str], bool]) -> CheckResult:
-        expected = self.target.expected_failures
-        key = result.check if result.check in expected else result.clause
-        reason = expected.get(key)
-        if reason is None:
-            return result
-        if result.status in _BLOCKING:
-            return dataclasses.replace(
-                result,
-                status="xfailed",
-                message=f"expected failure ({key}: {reason}): {result.message}",
-            )
-        if result.status == "passed":
-            if key == result.clause and failed_elsewhere(key):
-                return result
-            return dataclasses.replace(
-                result,
-                status="xpassed",
-                message=(
-                    f"expected failure {key} ({reason!r}) passed; remove it from expected_failures"
-                ),
-            )
-        return result
+            if verdict.blocked_reason(needed, self.checks, self._raw, self._structure_raw):
+                continue
+            self._raw[needed.name] = self._run_body(needed.name, cast("Check", needed).run)
 
     def result(self, check: Check) -> CheckResult:
         """The final verdict for ``check`` (one of :attr:`checks`), running what it needs."""
-        blocked = self._blocked_by(check)
-        if blocked is not None:
-            return _titled(CheckResult(check.name, check.clause, check.layer, "blocked", blocked))
-        raw = self._raw_outcome(check)
-        result = CheckResult(
-            check.name,
-            check.clause,
-            check.layer,
-            raw.status,
-            raw.message,
-            raw.traceback,
-            raw.duration_s,
+        self._ensure_run(check)
+        return verdict.judge_check(
+            check, self.checks, self._raw, self._structure_raw, self._declarations
         )
-        return _titled(
-            self._expect(result, lambda clause: self._clause_failed_elsewhere(clause, check.name))
+
+    def teardown_result(self, check: Check | None) -> CheckResult | None:
+        """The lifecycle result filed because tearing down the instances ``check`` made (the
+        structure layer's for ``None``) failed, or ``None``; runs what it needs."""
+        if check is None:
+            self.structure_results()
+        else:
+            self._ensure_run(check)
+        return verdict.judge_teardown(
+            STRUCTURE if check is None else check.name,
+            self.checks,
+            self._raw,
+            self._structure_raw,
+            self._declarations,
         )
 
     def report(self) -> TargetReport:
         """Run everything not run yet and return the target's report."""
-        results = [*self.structure_results(), *(self.result(c) for c in self.checks)]
-        problems = list(self._problems)
-        executed = sum(
-            1 for r in results if r.layer != "structure" and r.status not in ("skipped", "blocked")
+        self.structure_results()
+        for check in self.checks:
+            self._ensure_run(check)
+        judged = verdict.judge(
+            self.checks, self._raw, self._structure_raw, self._declarations, self._problems
         )
-        if executed == 0 and not self.structure_failed and not problems:
-            skipped = sum(1 for r in results if r.status == "skipped")
-            problems.append(
-                f"no checks ran for {self.name}: {len(self.checks)} selected, {skipped} "
-                "skipped; a run that checks nothing cannot pass (declare the capabilities the "
-                "implementation has, or widen select/layers)"
-            )
         return TargetReport(
             kind=self.kind,
             name=self.name,
-            results=tuple(results),
+            results=judged.results,
             version=discover_version(self.target),
-            capabilities=tuple(sorted(self.target.capabilities)),
+            capabilities=tuple(sorted(self._running.capabilities)),
             expected_failures=dict(self.target.expected_failures),
-            problems=tuple(problems),
+            problems=judged.problems,
             duration_s=self._elapsed,
         )
 
 
-@functools.lru_cache(maxsize=1)
-def _clauses_table() -> Mapping[str, object]:
-    try:
-        clauses = importlib.import_module("trainspec.conformance.clauses")
-    except Exception:  # the runner works without the clause table, only less chatty
-        return {}
-    table = getattr(clauses, "CLAUSES", None)
-    return cast("Mapping[str, object]", table) if isinstance(table, Mapping) else {}
-
-
 def _spec_clause(key: str) -> object | None:
-    return _clauses_table().get(key)
-
-
-def _titled(result: CheckResult) -> CheckResult:
-    clause = _spec_clause(result.clause)
-    title = getattr(clause, "title", None)
-    if isinstance(title, str) and title:
-        return dataclasses.replace(result, clause_title=title)
-    return result
+    return verdict.spec_clause(key)
 
 
 def _clause_sort_key(clause: str) -> tuple[str, int]:

@@ -27,16 +27,8 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from typing_extensions import get_protocol_members
 
-from trainspec import (
-    Accelerator,
-    CheckpointIO,
-    ClusterEnvironment,
-    Collective,
-    Launcher,
-    Precision,
-    Strategy,
-)
 from trainspec.conformance.capabilities import STRUCTURAL_CAPABILITIES
+from trainspec.conformance.kinds import KIND_TABLE
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -53,30 +45,19 @@ __all__ = [
     "signature_problems",
 ]
 
-KIND_PROTOCOLS: Final[dict[str, type]] = {
-    "accelerator": Accelerator,
-    "precision": Precision,
-    "checkpoint_io": CheckpointIO,
-    "collective": Collective,
-    "cluster_environment": ClusterEnvironment,
-    "launcher": Launcher,
-    "strategy": Strategy,
-}
-"""The protocol every target of a kind must satisfy."""
+KIND_PROTOCOLS: Final[dict[str, type]] = {kind: spec.protocol for kind, spec in KIND_TABLE.items()}
+"""The protocol every target of a kind must satisfy (from the kinds table)."""
 
 _PREFIXES: Final[dict[str, str]] = {
-    "Accelerator": "ACC",
-    "Precision": "PREC",
-    "CheckpointIO": "CKPT",
-    "AsyncCheckpointIO": "ACKPT",
-    "Collective": "COLL",
-    "ClusterEnvironment": "ENV",
-    "Launcher": "LAUNCH",
-    "Strategy": "STRAT",
-    "BackwardSyncControl": "SYNC",
-    "ShardedModuleContext": "SHARD",
-    "StepBoundary": "STEP",
+    **{spec.protocol.__name__: spec.clause_prefixes[0] for spec in KIND_TABLE.values()},
+    **{
+        cap.protocol.__name__: cap.clause_prefix
+        for spec in KIND_TABLE.values()
+        for cap in spec.structural.values()
+        if cap.clause_prefix
+    },
 }
+"""Protocol name -> the prefix of its clauses (from the kinds table)."""
 
 _CLAUSE_RE: Final = re.compile(r"\b[A-Z][A-Z0-9]*-\d+\b")
 _MISSING: Final = object()
@@ -151,6 +132,8 @@ class Violation:
     actual: str
     problems: tuple[str, ...]
     clauses: tuple[str, ...]
+    hint: str = ""
+    """How to fix it, fitted to the violation ("Add the method ...", fix the signature)."""
 
     @property
     def clause(self) -> str:
@@ -162,11 +145,14 @@ class Violation:
         """``<subject> must <expected> (<clauses>); got <actual>: <problems>. <hint>``."""
         clauses = ", ".join(self.clauses) or protocol_clause_prefix(self.protocol)
         problems = "; ".join(self.problems)
-        return (
-            f"{self.subject} must {self.expected} ({clauses}); got {self.actual}: {problems}. "
-            "Make the implementation accept every call the protocol allows: extra parameters "
-            "need defaults, and optional protocol parameters keep the protocol's default."
-        )
+        message = f"{self.subject} must {self.expected} ({clauses}); got {self.actual}: {problems}."
+        return f"{message} {self.hint}" if self.hint else message
+
+
+_SIGNATURE_HINT: Final = (
+    "Make the implementation accept every call the protocol allows: extra parameters need "
+    "defaults, and optional protocol parameters keep the protocol's default."
+)
 
 
 def _strip(signature: inspect.Signature) -> inspect.Signature:
@@ -348,19 +334,25 @@ def _check_member(obj: object, spec: MemberSpec) -> Violation | None:
         and raw is not _MISSING
     )
 
-    def violation(actual: str, *problems: str) -> Violation:
+    def violation(actual: str, *problems: str, hint: str = "") -> Violation:
         expected = (
             f"have the property {spec.protocol.__name__}.{spec.name}"
             if spec.kind == "property"
             else f"accept every call to {spec.display}"
         )
         return Violation(
-            spec.protocol, spec.name, subject, expected, actual, problems, spec.clauses
+            spec.protocol, spec.name, subject, expected, actual, problems, spec.clauses, hint
         )
 
     if raw is _MISSING:
-        what = "property" if spec.kind == "property" else "method"
-        return violation("nothing", f"the {what} '{spec.name}' is missing")
+        if spec.kind == "property":
+            add = (
+                f"Add the read-only property '{spec.name}' to {owner} (a @property or a plain "
+                "attribute)."
+            )
+            return violation("nothing", f"the property '{spec.name}' is missing", hint=add)
+        add = f"Add the method {spec.name}{spec.signature or '(...)'} to {owner}."
+        return violation("nothing", f"the method '{spec.name}' is missing", hint=add)
     if spec.kind == "property":
         if _is_method_like(raw):
             return violation(
@@ -383,7 +375,7 @@ def _check_member(obj: object, spec: MemberSpec) -> Violation | None:
         return None
     problems = signature_problems(spec.signature, actual)
     if problems:
-        return violation(f"{spec.name}{actual}", *problems)
+        return violation(f"{spec.name}{actual}", *problems, hint=_SIGNATURE_HINT)
     return None
 
 

@@ -173,7 +173,7 @@ class ConformanceSuite:
         check = by_id.get(trainspec_check)
         if check is None:
             pytest.fail(f"no check {trainspec_check!r} for this target", pytrace=False)
-        report_outcome(session.result(check))
+        report_outcome(session.result(check), session.teardown_result(check))
 
 
 class AcceleratorSuite(ConformanceSuite):

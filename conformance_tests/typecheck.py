@@ -21,8 +21,9 @@ member, what the protocol expects, what the class has, and the spec clauses that
 member (from :data:`trainspec.conformance.clauses.CLAUSES`, or the IDs in the member's
 docstring where that table is unavailable).
 
-mypy is a development dependency of trainspec, not a runtime one: without it,
-:func:`typecheck` raises :class:`~trainspec.ConfigurationError` saying how to install it.
+mypy is not a runtime dependency of trainspec but its ``typecheck`` extra
+(``pip install 'trainspec[typecheck]'``): without it, :func:`typecheck` raises
+:class:`~trainspec.ConfigurationError` saying how to install it.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ __all__ = [
     "typecheck",
 ]
 
-INSTALL_HINT: Final = "pip install mypy (or: pip install 'trainspec[dev]')"
+INSTALL_HINT: Final = "pip install 'trainspec[typecheck]' (or: pip install mypy)"
 """How to get the type checker that :func:`typecheck` runs."""
 
 _MODULE_NAME: Final = "_trainspec_typecheck"

@@ -15,6 +15,12 @@ from trainspec.capabilities import BackwardSyncControl, ShardedModuleContext, St
 from trainspec.checkpoint_io import AsyncCheckpointIO, CheckpointIO
 from trainspec.cluster_environment import ClusterEnvironment
 from trainspec.collective import Collective
+from trainspec.distributed_checkpoint_io import (
+    CHECKPOINT_LAYOUTS,
+    CheckpointLayout,
+    CheckpointLayoutControl,
+    DistributedCheckpointIO,
+)
 from trainspec.errors import (
     CheckpointCorruptedError,
     CheckpointError,
@@ -47,13 +53,14 @@ from trainspec.types import (
     StorageOptions,
 )
 
-SPEC_VERSION: Final = "1.0"
+SPEC_VERSION: Final = "1.1"
 """The version of ``docs/spec.md`` these protocols implement. A change to a clause's meaning
 bumps the major number; a new clause or optional protocol bumps the minor number."""
 
 __version__: Final = "0.1.0"
 
 __all__ = [
+    "CHECKPOINT_LAYOUTS",
     "PRECISION_FLAGS",
     "REDUCE_OPS",
     "SPEC_VERSION",
@@ -64,6 +71,8 @@ __all__ = [
     "CheckpointCorruptedError",
     "CheckpointError",
     "CheckpointIO",
+    "CheckpointLayout",
+    "CheckpointLayoutControl",
     "CheckpointNotFoundError",
     "CheckpointWriteError",
     "ClusterEnvironment",
@@ -73,6 +82,7 @@ __all__ = [
     "ConfigurationError",
     "DeviceRequest",
     "DeviceUnavailableError",
+    "DistributedCheckpointIO",
     "LaunchError",
     "Launcher",
     "LifecycleError",

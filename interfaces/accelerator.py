@@ -1,18 +1,7 @@
 """The Accelerator protocol: device logic only.
 
-An Accelerator knows one device type (``"cpu"``, ``"cuda"``, ``"xla"``, ...). It answers
-whether that type is usable here, how many devices there are, turns a user's device request
-into ``torch.device`` objects, prepares and releases a device, and reports statistics. It knows
-nothing of ranks, dtypes or files.
-
-Lifecycle (every call on the rank that uses the device)::
-
-    1) (anyone, any time) is_available(), device_count(), parse_devices(request)
-    2) (strategy, once per process, before any tensor is placed) setup_device(device)
-    3) (strategy, during training) synchronize(device), get_device_stats(device)
-    4) (strategy, at the end) teardown()  -- then 2) may run again
-
-Clauses ACC-1 ... ACC-10 in docs/spec.md.
+The contract, lifecycle first, is the docstring of :class:`Accelerator`
+(``help(trainspec.Accelerator)``).
 """
 
 from __future__ import annotations
@@ -32,7 +21,22 @@ __all__ = ["Accelerator"]
 
 @runtime_checkable
 class Accelerator(Protocol):
-    """Device logic for one device type. Instances carry their own configuration."""
+    """Device logic for one device type. Instances carry their own configuration.
+
+    Lifecycle (every call on the rank that uses the device)::
+
+        1) (anyone, any time) is_available(), device_count(), parse_devices(request)
+        2) (strategy, once per process, before any tensor is placed) setup_device(device)
+        3) (strategy, during training) synchronize(device), get_device_stats(device)
+        4) (strategy, at the end) teardown()  -- then 2) may run again
+
+    An Accelerator knows one device type (``"cpu"``, ``"cuda"``, ``"xla"``, ...). It answers
+    whether that type is usable here, how many devices there are, turns a user's device request
+    into ``torch.device`` objects, prepares and releases a device, and reports statistics. It knows
+    nothing of ranks, dtypes or files.
+
+    Clauses ACC-1 ... ACC-10 in docs/spec.md.
+    """
 
     @property
     @abstractmethod

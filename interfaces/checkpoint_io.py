@@ -1,16 +1,8 @@
 """The CheckpointIO protocol: a checkpoint dict to and from storage.
 
-A CheckpointIO knows nothing about ranks: the strategy decides which rank writes and makes the
-others wait. It is called from one thread at a time unless an implementation documents more.
-
-Lifecycle::
-
-    1) save_checkpoint(checkpoint, path)   -- any number of times, any paths
-    2) load_checkpoint(path)               -- sees the latest completed save of that path
-    3) remove_checkpoint(path)             -- idempotent
-    4) teardown()                          -- idempotent; the instance may be used again
-
-Clauses CKPT-1 ... CKPT-12 in docs/spec.md; asynchronous IO adds ACKPT-1 ... ACKPT-5.
+The contract, lifecycle first, is the docstring of :class:`CheckpointIO`
+(``help(trainspec.CheckpointIO)``); asynchronous IO, :class:`AsyncCheckpointIO`, adds clauses
+ACKPT-1 ... ACKPT-5.
 """
 
 from __future__ import annotations
@@ -28,7 +20,20 @@ __all__ = ["AsyncCheckpointIO", "CheckpointIO"]
 
 @runtime_checkable
 class CheckpointIO(Protocol):
-    """Moves checkpoints between memory and one kind of storage."""
+    """Moves checkpoints between memory and one kind of storage.
+
+    Lifecycle::
+
+        1) save_checkpoint(checkpoint, path)   -- any number of times, any paths
+        2) load_checkpoint(path)               -- sees the latest completed save of that path
+        3) remove_checkpoint(path)             -- idempotent
+        4) teardown()                          -- idempotent; the instance may be used again
+
+    A CheckpointIO knows nothing about ranks: the strategy decides which rank writes and makes the
+    others wait. It is called from one thread at a time unless an implementation documents more.
+
+    Clauses CKPT-1 ... CKPT-13 in docs/spec.md (:class:`AsyncCheckpointIO` adds its own).
+    """
 
     @abstractmethod
     def save_checkpoint(
@@ -53,7 +58,9 @@ class CheckpointIO(Protocol):
         - not modify ``checkpoint`` or anything in it (CKPT-4);
         - raise ``TypeError`` for a ``storage_options`` key it does not support (CKPT-5);
         - raise :class:`~trainspec.CheckpointWriteError` when storage refuses the write,
-          leaving the previous checkpoint intact (CKPT-6).
+          leaving the previous checkpoint intact (CKPT-6);
+        - refuse a FIFO, device or socket at a local ``path`` with ``CheckpointWriteError``
+          naming the path and its type, leaving it in place (CKPT-13).
         """
 
     @abstractmethod
@@ -67,13 +74,16 @@ class CheckpointIO(Protocol):
         :class:`~trainspec.CheckpointNotFoundError` (a ``FileNotFoundError``, CKPT-9); a path
         that exists but is not a complete checkpoint (empty, truncated, random bytes, another
         format, a directory) **must** raise :class:`~trainspec.CheckpointCorruptedError`
-        naming the path (CKPT-10).
+        naming the path (CKPT-10); so **must** a FIFO, device or socket, without blocking
+        (CKPT-13).
         """
 
     @abstractmethod
     def remove_checkpoint(self, path: PathLike) -> None:
         """Delete the checkpoint at ``path``; afterwards loading it raises
-        ``CheckpointNotFoundError``. Removing a missing path **must not** raise (CKPT-11)."""
+        ``CheckpointNotFoundError``. Removing a missing path **must not** raise (CKPT-11); a
+        FIFO, device or socket at ``path`` is refused with ``CheckpointWriteError`` and left in
+        place (CKPT-13)."""
 
     @abstractmethod
     def teardown(self) -> None:

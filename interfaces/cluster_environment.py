@@ -1,15 +1,7 @@
 """The ClusterEnvironment protocol: where ranks come from.
 
-An environment reads the description of the run (usually environment variables written by a
-scheduler or launcher) and reports the rendezvous address and this process's place in the run.
-
-Lifecycle::
-
-    1) (registry/connector, main process) detect()  -- is this the environment we run in?
-    2) (strategy, every rank) the properties below, read any number of times
-    3) (strategy) teardown()
-
-Clauses ENV-1 ... ENV-6 in docs/spec.md.
+The contract, lifecycle first, is the docstring of :class:`ClusterEnvironment`
+(``help(trainspec.ClusterEnvironment)``).
 """
 
 from __future__ import annotations
@@ -23,7 +15,19 @@ __all__ = ["ClusterEnvironment"]
 
 @runtime_checkable
 class ClusterEnvironment(Protocol):
-    """The description of one run: rendezvous address and this process's ranks."""
+    """The description of one run: rendezvous address and this process's ranks.
+
+    Lifecycle::
+
+        1) (registry/connector, main process) detect()  -- is this the environment we run in?
+        2) (strategy, every rank) the properties below, read any number of times
+        3) (strategy) teardown()
+
+    An environment reads the description of the run (usually environment variables written by a
+    scheduler or launcher) and reports the rendezvous address and this process's place in the run.
+
+    Clauses ENV-1 ... ENV-6 in docs/spec.md.
+    """
 
     @abstractmethod
     def detect(self) -> bool:

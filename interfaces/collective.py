@@ -1,30 +1,7 @@
 """The Collective protocol: rank, world size and collective operations.
 
-A Collective connects the ranks of one training run. The strategy owns it and exposes the
-common operations as its own methods; a trainer never needs the Collective directly.
-
-Lifecycle (on every rank)::
-
-    1) setup(environment, device)     -- joins the group; collective calls are now allowed
-    2) any collective, in the same order on every rank
-    3) teardown()                     -- leaves the group; idempotent; 1) may run again
-
-Common rules for every operation:
-
-- every rank **must** call the same operations in the same order with tensors of the same
-  dtype and (unless stated) shape; input tensors **must not** be modified; results are new
-  tensors on the input's device (COLL-1);
-- ``timeout=None`` means the collective's default timeout (set at construction). If an
-  operation does not complete in time it **must** raise
-  :class:`~trainspec.CollectiveTimeoutError` instead of hanging, and the group is torn down
-  (a later call raises :class:`~trainspec.LifecycleError` until ``setup`` runs again) (COLL-2);
-- a rank that dies during an operation makes the others raise a
-  :class:`~trainspec.CollectiveError` (``PeerFailureError`` or ``CollectiveTimeoutError``)
-  (COLL-3).
-
-Object collectives pickle their payload: they are for trusted ranks of one job only.
-
-Clauses COLL-1 ... COLL-16 in docs/spec.md.
+The contract, lifecycle first, is the docstring of :class:`Collective`
+(``help(trainspec.Collective)``).
 """
 
 from __future__ import annotations
@@ -49,7 +26,34 @@ _T = TypeVar("_T")
 
 @runtime_checkable
 class Collective(Protocol):
-    """Collective communication between the ranks of one run."""
+    """Collective communication between the ranks of one run.
+
+    Lifecycle (on every rank)::
+
+        1) setup(environment, device)     -- joins the group; collective calls are now allowed
+        2) any collective, in the same order on every rank
+        3) teardown()                     -- leaves the group; idempotent; 1) may run again
+
+    A Collective connects the ranks of one training run. The strategy owns it and exposes the
+    common operations as its own methods; a trainer never needs the Collective directly.
+
+    Common rules for every operation:
+
+    - every rank **must** call the same operations in the same order with tensors of the same
+      dtype and (unless stated) shape; input tensors **must not** be modified; results are new
+      tensors on the input's device (COLL-1);
+    - ``timeout=None`` means the collective's default timeout (set at construction). If an
+      operation does not complete in time it **must** raise
+      :class:`~trainspec.CollectiveTimeoutError` instead of hanging, and the group is torn down
+      (a later call raises :class:`~trainspec.LifecycleError` until ``setup`` runs again) (COLL-2);
+    - a rank that dies during an operation makes the others raise a
+      :class:`~trainspec.CollectiveError` (``PeerFailureError`` or ``CollectiveTimeoutError``)
+      (COLL-3).
+
+    Object collectives pickle their payload: they are for trusted ranks of one job only.
+
+    Clauses COLL-1 ... COLL-16 in docs/spec.md.
+    """
 
     @property
     @abstractmethod

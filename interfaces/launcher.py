@@ -1,16 +1,7 @@
 """The Launcher protocol: how the ranks of a run are started.
 
-Lifecycle (on the main process only)::
-
-    1) launch(function, *args, **kwargs)  -- starts the ranks, runs function on each,
-                                             waits for all of them
-    2) the return value is rank 0's result
-
-Implementations: re-running the script in subprocesses, multiprocessing spawn, or nothing at
-all (when the cluster environment already started the ranks, ``launch`` calls ``function``
-directly).
-
-Clauses LAUNCH-1 ... LAUNCH-4 in docs/spec.md.
+The contract, lifecycle first, is the docstring of :class:`Launcher`
+(``help(trainspec.Launcher)``).
 """
 
 from __future__ import annotations
@@ -31,7 +22,20 @@ _R = TypeVar("_R")
 
 @runtime_checkable
 class Launcher(Protocol):
-    """Starts the ranks of a run and runs a function on each."""
+    """Starts the ranks of a run and runs a function on each.
+
+    Lifecycle (on the main process only)::
+
+        1) launch(function, *args, **kwargs)  -- starts the ranks, runs function on each,
+                                                 waits for all of them
+        2) the return value is rank 0's result
+
+    Implementations: re-running the script in subprocesses, multiprocessing spawn, or nothing at
+    all (when the cluster environment already started the ranks, ``launch`` calls ``function``
+    directly).
+
+    Clauses LAUNCH-1 ... LAUNCH-4 in docs/spec.md.
+    """
 
     @property
     @abstractmethod

@@ -1,36 +1,7 @@
 """The Precision protocol: dtypes, autocast, gradient scaling.
 
-A Precision owns everything that depends on the numeric format: converting a module and its
-inputs, the contexts under which modules are built and run, the backward pass and the optimizer
-step (scaling, unscaling, skipping non-finite steps), and its own state (a loss scale).
-
-Lifecycle (on every rank, driven by the strategy)::
-
-    1) setup(device)                        -- validates the flag on that device
-    2) module_init_context() while building a module (optional for the trainer)
-       convert_module(module)               -- once per module, before wrapping
-    3) per step:  forward_context() around the forward pass
-                  convert_input(batch)
-                  backward(loss)
-                  unscale_gradients(optimizer)   -- optional, e.g. before clipping
-                  optimizer_step(optimizer)
-    4) state_dict() / load_state_dict() around checkpoints
-    5) teardown()                           -- then 1) may run again
-
-Flag semantics (PREC-1): parameter dtype / compute dtype
-
-==============  ===============  ================================
-flag            parameters       compute (inside forward_context)
-==============  ===============  ================================
-``32-true``     float32          float32
-``64-true``     float64          float64
-``16-true``     float16          float16
-``bf16-true``   bfloat16         bfloat16
-``16-mixed``    float32          float16 under autocast, scaled
-``bf16-mixed``  float32          bfloat16 under autocast
-==============  ===============  ================================
-
-Clauses PREC-1 ... PREC-12 in docs/spec.md.
+The contract, lifecycle first, is the docstring of :class:`Precision`
+(``help(trainspec.Precision)``).
 """
 
 from __future__ import annotations
@@ -55,7 +26,40 @@ _T = TypeVar("_T")
 
 @runtime_checkable
 class Precision(Protocol):
-    """Numeric format of training for one flag."""
+    """Numeric format of training for one flag.
+
+    Lifecycle (on every rank, driven by the strategy)::
+
+        1) setup(device)                        -- validates the flag on that device
+        2) module_init_context() while building a module (optional for the trainer)
+           convert_module(module)               -- once per module, before wrapping
+        3) per step:  forward_context() around the forward pass
+                      convert_input(batch)
+                      backward(loss)
+                      unscale_gradients(optimizer)   -- optional, e.g. before clipping
+                      optimizer_step(optimizer)
+        4) state_dict() / load_state_dict() around checkpoints
+        5) teardown()                           -- then 1) may run again
+
+    A Precision owns everything that depends on the numeric format: converting a module and its
+    inputs, the contexts under which modules are built and run, the backward pass and the optimizer
+    step (scaling, unscaling, skipping non-finite steps), and its own state (a loss scale).
+
+    Flag semantics (PREC-1): parameter dtype / compute dtype::
+
+        ==============  ===============  ================================
+        flag            parameters       compute (inside forward_context)
+        ==============  ===============  ================================
+        ``32-true``     float32          float32
+        ``64-true``     float64          float64
+        ``16-true``     float16          float16
+        ``bf16-true``   bfloat16         bfloat16
+        ``16-mixed``    float32          float16 under autocast, scaled
+        ``bf16-mixed``  float32          bfloat16 under autocast
+        ==============  ===============  ================================
+
+    Clauses PREC-1 ... PREC-12 in docs/spec.md.
+    """
 
     @property
     @abstractmethod

@@ -1,31 +1,7 @@
 """The Strategy protocol: the hub a trainer talks to.
 
-A Strategy owns an :class:`~trainspec.Accelerator`, a :class:`~trainspec.Precision`, a
-:class:`~trainspec.CheckpointIO`, a :class:`~trainspec.ClusterEnvironment` and, where it starts
-processes, a :class:`~trainspec.Launcher`. It decides where modules live, how they are wrapped,
-how gradients are synchronised, who writes checkpoints, and exposes the collectives.
-
-Lifecycle::
-
-    1) (main process) if launcher is not None: launcher.launch(fn) runs fn on every rank;
-       everything below runs inside fn, on every rank
-    2) setup_environment()             -- device, process group, precision.setup(root_device)
-    3) setup_module(module), setup_optimizer(optimizer)   -- in this order, once per object
-    4) training: forward_context(), batch_to_device(), backward(), clip_gradients_norm(),
-       optimizer_step(), collectives, process_dataloader()
-    5) checkpoints: module_state_dict(), optimizer_state_dict(), save_checkpoint(),
-       load_checkpoint(), load_module_state_dict(), load_optimizer_state_dict()
-    6) teardown()                      -- idempotent; 2) may run again afterwards
-
-Calling a step-3/4/5 method before ``setup_environment`` **must** raise
-:class:`~trainspec.LifecycleError` (STRAT-3).
-
-Whole-run guarantees, checked end to end through a trainer (E2E-1 ... E2E-3): N ranks with
-batch B each train to the same weights as one rank on the N*B batch, within float tolerance;
-saving, stopping and resuming continues exactly as if never stopped; a checkpoint written by N
-ranks loads into a single-device strategy and back.
-
-Clauses STRAT-1 ... STRAT-17 and E2E-1 ... E2E-3 in docs/spec.md.
+The contract, lifecycle first, is the docstring of :class:`Strategy`
+(``help(trainspec.Strategy)``).
 """
 
 from __future__ import annotations
@@ -57,7 +33,35 @@ _T = TypeVar("_T")
 
 @runtime_checkable
 class Strategy(Protocol):
-    """How a module is placed, wrapped, synchronised and checkpointed across ranks."""
+    """How a module is placed, wrapped, synchronised and checkpointed across ranks.
+
+    Lifecycle::
+
+        1) (main process) if launcher is not None: launcher.launch(fn) runs fn on every rank;
+           everything below runs inside fn, on every rank
+        2) setup_environment()             -- device, process group, precision.setup(root_device)
+        3) setup_module(module), setup_optimizer(optimizer)   -- in this order, once per object
+        4) training: forward_context(), batch_to_device(), backward(), clip_gradients_norm(),
+           optimizer_step(), collectives, process_dataloader()
+        5) checkpoints: module_state_dict(), optimizer_state_dict(), save_checkpoint(),
+           load_checkpoint(), load_module_state_dict(), load_optimizer_state_dict()
+        6) teardown()                      -- idempotent; 2) may run again afterwards
+
+    A Strategy owns an :class:`~trainspec.Accelerator`, a :class:`~trainspec.Precision`, a
+    :class:`~trainspec.CheckpointIO`, a :class:`~trainspec.ClusterEnvironment` and, where it starts
+    processes, a :class:`~trainspec.Launcher`. It decides where modules live, how they are wrapped,
+    how gradients are synchronised, who writes checkpoints, and exposes the collectives.
+
+    Calling a step-3/4/5 method before ``setup_environment`` **must** raise
+    :class:`~trainspec.LifecycleError` (STRAT-3).
+
+    Whole-run guarantees, checked end to end through a trainer (E2E-1 ... E2E-3): N ranks with
+    batch B each train to the same weights as one rank on the N*B batch, within float tolerance;
+    saving, stopping and resuming continues exactly as if never stopped; a checkpoint written by N
+    ranks loads into a single-device strategy and back.
+
+    Clauses STRAT-1 ... STRAT-17 and E2E-1 ... E2E-3 in docs/spec.md.
+    """
 
     # -- components (STRAT-1) -------------------------------------------------------------
 
@@ -233,7 +237,9 @@ class Strategy(Protocol):
     @abstractmethod
     def module_state_dict(self, module: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The state dict of the module returned by :meth:`setup_module`, with keys of the
-        *unwrapped* module (no ``module.`` or other wrapper prefix) (STRAT-14)."""
+        *unwrapped* module (no ``module.`` or other wrapper prefix); every rank calls it.
+        Under the full checkpoint layout global rank zero's values are complete tensors;
+        under the sharded layout they **may** be sharded tensors (``DTensor``) (STRAT-14)."""
 
     @abstractmethod
     def load_module_state_dict(
@@ -242,8 +248,10 @@ class Strategy(Protocol):
         state_dict: Mapping[str, torch.Tensor],
         strict: bool = True,
     ) -> None:
-        """Load unwrapped-key ``state_dict`` into the set-up ``module`` (STRAT-14). With
-        ``strict``, missing or unexpected keys raise :class:`~trainspec.ConfigurationError`."""
+        """Load unwrapped-key ``state_dict`` into the set-up ``module`` (STRAT-14): complete
+        tensors, or what this strategy's own :meth:`module_state_dict` and
+        :meth:`load_checkpoint` return. With ``strict``, missing or unexpected keys raise
+        :class:`~trainspec.ConfigurationError`."""
 
     @abstractmethod
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> StateDict:
@@ -263,8 +271,10 @@ class Strategy(Protocol):
         path: PathLike,
         storage_options: StorageOptions = None,
     ) -> None:
-        """Save through :attr:`checkpoint_io` on global rank zero only; every rank returns
-        only after the checkpoint is complete at ``path`` (STRAT-16)."""
+        """Every rank calls it. Full checkpoint layout: :attr:`checkpoint_io` saves on global
+        rank zero only; sharded layout: the :class:`~trainspec.DistributedCheckpointIO` saves
+        every rank's part. Every rank returns only after the checkpoint is complete at
+        ``path``; a failure on any rank raises on every rank (STRAT-16)."""
 
     @abstractmethod
     def load_checkpoint(self, path: PathLike) -> Checkpoint:
@@ -273,4 +283,5 @@ class Strategy(Protocol):
 
     @abstractmethod
     def remove_checkpoint(self, path: PathLike) -> None:
-        """Remove on global rank zero only; every rank returns after removal (STRAT-17)."""
+        """Remove once (full layout: on global rank zero; sharded layout: the distributed
+        checkpoint IO's collective removal); every rank returns after removal (STRAT-17)."""

@@ -21,17 +21,18 @@ if TYPE_CHECKING:
     from trainspec.reference.accelerators.generic import TorchDeviceAccelerator
     from trainspec.reference.accelerators.xla import XLAAccelerator
     from trainspec.reference.checkpoint_io.background import BackgroundCheckpointIO
+    from trainspec.reference.checkpoint_io.distributed import DCPCheckpointIO
     from trainspec.reference.checkpoint_io.memory import MemoryCheckpointIO
     from trainspec.reference.checkpoint_io.safetensors_io import SafetensorsCheckpointIO
     from trainspec.reference.checkpoint_io.torch_io import TorchCheckpointIO
+    from trainspec.reference.cluster_environments import detect_environment
+    from trainspec.reference.cluster_environments.local import LocalEnvironment
+    from trainspec.reference.cluster_environments.slurm import SLURMEnvironment
+    from trainspec.reference.cluster_environments.torchelastic import TorchElasticEnvironment
+    from trainspec.reference.cluster_environments.xla import XLAEnvironment
     from trainspec.reference.collectives.single import SingleProcessCollective
     from trainspec.reference.collectives.torch_dist import TorchCollective
     from trainspec.reference.connector import resolve
-    from trainspec.reference.environments import detect_environment
-    from trainspec.reference.environments.local import LocalEnvironment
-    from trainspec.reference.environments.slurm import SLURMEnvironment
-    from trainspec.reference.environments.torchelastic import TorchElasticEnvironment
-    from trainspec.reference.environments.xla import XLAEnvironment
     from trainspec.reference.launchers.spawn import MultiprocessingLauncher
     from trainspec.reference.launchers.subprocess_script import SubprocessScriptLauncher
     from trainspec.reference.launchers.xla import XLALauncher
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from trainspec.reference.runner import Runner
     from trainspec.reference.strategies.base import StrategyBase
     from trainspec.reference.strategies.ddp import DDPStrategy
+    from trainspec.reference.strategies.fsdp import FSDPStrategy
     from trainspec.reference.strategies.single_device import SingleDeviceStrategy
     from trainspec.reference.strategies.xla import XLAStrategy
 
@@ -61,8 +63,10 @@ __all__ = [
     "CPUAccelerator",
     "CUDAAccelerator",
     "ComponentInfo",
+    "DCPCheckpointIO",
     "DDPStrategy",
     "DtypePrecision",
+    "FSDPStrategy",
     "Float16MixedPrecision",
     "Float16Precision",
     "Float32Precision",
@@ -112,22 +116,24 @@ _EXPORTS: Final[dict[str, str]] = {
     "TruePrecision": _PRECISIONS,
     "precision_for_flag": _PRECISIONS,
     "BackgroundCheckpointIO": "trainspec.reference.checkpoint_io.background",
+    "DCPCheckpointIO": "trainspec.reference.checkpoint_io.distributed",
     "MemoryCheckpointIO": "trainspec.reference.checkpoint_io.memory",
     "SafetensorsCheckpointIO": "trainspec.reference.checkpoint_io.safetensors_io",
     "TorchCheckpointIO": "trainspec.reference.checkpoint_io.torch_io",
     "SingleProcessCollective": "trainspec.reference.collectives.single",
     "TorchCollective": "trainspec.reference.collectives.torch_dist",
-    "LocalEnvironment": "trainspec.reference.environments.local",
-    "SLURMEnvironment": "trainspec.reference.environments.slurm",
-    "TorchElasticEnvironment": "trainspec.reference.environments.torchelastic",
-    "XLAEnvironment": "trainspec.reference.environments.xla",
-    "detect_environment": "trainspec.reference.environments",
+    "LocalEnvironment": "trainspec.reference.cluster_environments.local",
+    "SLURMEnvironment": "trainspec.reference.cluster_environments.slurm",
+    "TorchElasticEnvironment": "trainspec.reference.cluster_environments.torchelastic",
+    "XLAEnvironment": "trainspec.reference.cluster_environments.xla",
+    "detect_environment": "trainspec.reference.cluster_environments",
     "MultiprocessingLauncher": "trainspec.reference.launchers.spawn",
     "SubprocessScriptLauncher": "trainspec.reference.launchers.subprocess_script",
     "XLALauncher": "trainspec.reference.launchers.xla",
     "StrategyBase": "trainspec.reference.strategies.base",
     "SingleDeviceStrategy": "trainspec.reference.strategies.single_device",
     "DDPStrategy": "trainspec.reference.strategies.ddp",
+    "FSDPStrategy": "trainspec.reference.strategies.fsdp",
     "XLAStrategy": "trainspec.reference.strategies.xla",
     "ComponentInfo": "trainspec.reference.registry",
     "Registry": "trainspec.reference.registry",

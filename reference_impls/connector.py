@@ -378,7 +378,7 @@ def _parse_devices(accelerator: Accelerator, devices: object) -> list[torch.devi
 
 
 def _detect_environment() -> ClusterEnvironment:
-    module = importlib.import_module("trainspec.reference.environments")
+    module = importlib.import_module("trainspec.reference.cluster_environments")
     environment: object = module.detect_environment()
     if not isinstance(environment, ClusterEnvironment):
         raise ConfigurationError(

@@ -28,9 +28,10 @@ process group that is already running. The checkpoint IO *instance* is shared by
 strategies (an in-memory IO keeps its checkpoints per instance); everything else is built
 anew.
 
-Data and order are deterministic (a seeded generator for the data, the model and the
-shuffle), so on the same machine a correct resume reproduces the straight run: the demo
-reports whether the two agree exactly and how far apart they are.
+Data and order are deterministic (a sample depends only on the seed and its index, the model
+on the seed, and the loader keeps its order), so on the same machine a correct resume
+reproduces the straight run: the demo reports whether the two agree exactly and how far apart
+they are.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -45,14 +47,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, get_args
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset
 
 from trainspec.cluster_environment import ClusterEnvironment
 from trainspec.errors import ConfigurationError
+from trainspec.reference._messages import describe_value
 from trainspec.reference.connector import resolve
 from trainspec.reference.runner import Runner
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from types import TracebackType
 
     from rich.console import Console
@@ -64,6 +68,9 @@ if TYPE_CHECKING:
     from trainspec.types import DeviceRequest
 
 __all__ = [
+    "MAX_BATCH_SIZE",
+    "MAX_SEED",
+    "MAX_STEPS",
     "PROGRESS_MODES",
     "DemoConfig",
     "DemoResult",
@@ -77,9 +84,17 @@ ProgressMode = Literal["bar", "log", "none"]
 
 PROGRESS_MODES: Final[tuple[ProgressMode, ...]] = get_args(ProgressMode)
 
+MAX_STEPS: Final = 1_000_000
+"""The most ``steps`` a demo takes (days of training on a CPU; the data is made lazily)."""
+MAX_BATCH_SIZE: Final = 65_536
+"""The most samples per rank and step (a batch of about 2 MiB)."""
+MAX_SEED: Final = 2**64 - 1
+"""The largest seed: torch's generators take ``0 .. 2**64 - 1``."""
+
 _FEATURES: Final = 8
 _HIDDEN: Final = 32
 _LOG_LINES: Final = 5  # log mode prints about this many lines per phase
+_POOL_BATCHES: Final = 16  # distinct batches per rank; longer runs cycle through them
 
 
 @dataclass(frozen=True)
@@ -88,10 +103,15 @@ class DemoConfig:
 
     ``devices`` is a device request (``1``, ``2``, ``"0,1"``, ``"auto"``...); ``checkpoint_io``
     ``None`` keeps the strategy's default; ``checkpoint_dir`` ``None`` makes a new directory
-    under the system's temporary directory (kept afterwards, so the checkpoint can be
-    inspected). ``steps`` **must** be at least 2 (the checkpoint is saved after
-    ``steps // 2``). Invalid values raise :class:`~trainspec.ConfigurationError` at
-    construction; invalid names and combinations raise it from :func:`run_demo`.
+    under the system's temporary directory, removed when the demo ends unless
+    ``keep_checkpoint`` is true (a ``checkpoint_dir`` you give is never removed).
+
+    Ranges: ``steps`` from 2 (the checkpoint is saved after ``steps // 2``) to
+    :data:`MAX_STEPS`; ``batch_size`` from 1 to :data:`MAX_BATCH_SIZE`; ``seed`` from 0 to
+    :data:`MAX_SEED`. The data is made batch by batch as training asks for it, so a long run
+    allocates no more than a short one. Invalid values raise
+    :class:`~trainspec.ConfigurationError` at construction, naming the field and its valid
+    range; invalid names and combinations raise it from :func:`run_demo`.
     """
 
     accelerator: str = "auto"
@@ -105,16 +125,20 @@ class DemoConfig:
     learning_rate: float = 0.05
     seed: int = 0
     progress: ProgressMode = "bar"
+    keep_checkpoint: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size"):
+        for name, low, high, why in (
+            ("steps", 2, MAX_STEPS, " (a checkpoint is saved halfway)"),
+            ("batch_size", 1, MAX_BATCH_SIZE, ""),
+            ("seed", 0, MAX_SEED, ""),
+        ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"demo: {name} must be a positive int; got {value!r}")
-        if self.steps < 2:
-            raise ConfigurationError(
-                f"demo: steps must be at least 2 (a checkpoint is saved halfway); got {self.steps}"
-            )
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ConfigurationError(
+                    f"demo: {name} must be an int from {low} to {high}{why}; "
+                    f"got {describe_value(value)}"
+                )
         rate = self.learning_rate
         if (
             isinstance(rate, bool)
@@ -124,8 +148,11 @@ class DemoConfig:
             raise ConfigurationError(
                 f"demo: learning_rate must be a positive finite number; got {rate!r}"
             )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ConfigurationError(f"demo: seed must be an int; got {self.seed!r}")
+        if not isinstance(self.keep_checkpoint, bool):
+            raise ConfigurationError(
+                "demo: keep_checkpoint must be True or False; "
+                f"got {describe_value(self.keep_checkpoint)}"
+            )
         if self.progress not in PROGRESS_MODES:
             raise ConfigurationError(
                 f"demo: progress must be one of {list(PROGRESS_MODES)}; got {self.progress!r}"
@@ -136,9 +163,11 @@ class DemoConfig:
 class DemoResult:
     """What one rank saw; :func:`run_demo` returns global rank 0's.
 
-    Losses are the last step's loss averaged over the ranks. ``max_parameter_difference`` is
-    the largest absolute difference between a parameter after the straight run and after the
-    resumed one (0.0 when they are bit-identical).
+    Losses are the last step's loss averaged over the ranks (the same value the progress
+    output shows for that step). ``max_parameter_difference`` is the largest absolute
+    difference between a parameter after the straight run and after the resumed one (0.0 when
+    they are bit-identical). ``checkpoint_kept`` is false when ``checkpoint_path`` was in the
+    demo's own temporary directory and that directory has been removed.
     """
 
     straight_loss: float
@@ -155,6 +184,7 @@ class DemoResult:
     precision: str
     checkpoint_io: str
     steps_per_second: float
+    checkpoint_kept: bool = True
 
     @property
     def identical(self) -> bool:
@@ -271,26 +301,35 @@ def _demo_on_rank(runner: Runner, config: DemoConfig) -> DemoResult:
     """Steps 1) to 3) of the module docstring, on one rank."""
     reporter = _Reporter(config.progress if runner.is_global_zero else "none")
     # Rank 0 picks the directory (a new temporary one unless configured); every rank uses it.
+    temporary = runner.is_global_zero and config.checkpoint_dir is None
     directory = runner.broadcast_object(
         _checkpoint_directory(config) if runner.is_global_zero else ""
     )
+    remove = temporary and not config.keep_checkpoint
     half = config.steps // 2
     path = _join(directory, f"demo-step-{half}.ckpt")
-    data = _dataset(config, runner.world_size)
+    data = _SyntheticData(
+        config.seed, min(config.steps, _POOL_BATCHES) * config.batch_size * runner.world_size
+    )
     strategy = runner.strategy
     reporter.header(strategy, config)
-    with reporter:
-        straight_loss, straight_state, rate = _train(
-            runner, config, data, 0, config.steps, reporter
-        )
-        # Fresh strategies for the other two runs: each starts with fresh component state
-        # (a loss scaler's scale, for one), as the straight run did.
-        with Runner(_fresh_strategy(strategy, config)) as saving:
-            _train(saving, config, data, 0, half, reporter, save_to=path)
-        with Runner(_fresh_strategy(strategy, config)) as resuming:
-            resumed_loss, resumed_state, _ = _train(
-                resuming, config, data, half, config.steps, reporter, resume_from=path
+    try:
+        with reporter:
+            straight_loss, straight_state, rate = _train(
+                runner, config, data, 0, config.steps, reporter
             )
+            # Fresh strategies for the other two runs: each starts with fresh component state
+            # (a loss scaler's scale, for one), as the straight run did.
+            with Runner(_fresh_strategy(strategy, config)) as saving:
+                _train(saving, config, data, 0, half, reporter, save_to=path)
+            with Runner(_fresh_strategy(strategy, config)) as resuming:
+                resumed_loss, resumed_state, _ = _train(
+                    resuming, config, data, half, config.steps, reporter, resume_from=path
+                )
+    finally:
+        # Every rank has loaded the checkpoint once the resumed run's last loss was reduced.
+        if remove:
+            shutil.rmtree(directory, ignore_errors=True)
     difference = max(
         (
             (straight_state[key].double() - resumed_state[key].double()).abs().max().item()
@@ -314,6 +353,7 @@ def _demo_on_rank(runner: Runner, config: DemoConfig) -> DemoResult:
         precision=type(strategy.precision).__name__,
         checkpoint_io=type(strategy.checkpoint_io).__name__,
         steps_per_second=rate,
+        checkpoint_kept=not remove,
     )
 
 
@@ -335,14 +375,50 @@ def _join(directory: str, name: str) -> str:
     return os.path.join(directory, name)
 
 
-def _dataset(config: DemoConfig, world_size: int) -> TensorDataset:
-    """``steps`` batches per rank of a smooth regression problem, the same on every rank."""
-    generator = torch.Generator().manual_seed(config.seed)
-    count = config.steps * config.batch_size * world_size
-    inputs = torch.randn(count, _FEATURES, generator=generator)
-    direction = torch.randn(_FEATURES, 1, generator=generator)
-    targets = torch.sin(inputs @ direction) + 0.1 * torch.randn(count, 1, generator=generator)
-    return TensorDataset(inputs, targets)
+_Sample = tuple[torch.Tensor, torch.Tensor]
+
+
+class _SyntheticData(Dataset[_Sample]):
+    """``length`` samples of a smooth regression problem, made when a batch asks for them.
+
+    Sample ``i`` depends only on the seed and ``i`` (its own generator), so every rank, every
+    run and every order of access sees the same data, and nothing is allocated up front: a run
+    of a million steps holds one batch at a time. ``__getitems__`` makes a whole batch at once.
+    """
+
+    def __init__(self, seed: int, length: int) -> None:
+        self._seed = seed
+        self._length = length
+        self._direction = torch.randn(_FEATURES, 1, generator=torch.Generator().manual_seed(seed))
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        noise = torch.empty(len(indices), _FEATURES + 1)
+        for row, index in enumerate(indices):
+            # A distinct stream per sample: the seed and the index, mixed into 64 bits.
+            key = (self._seed + (index + 1) * 0x9E3779B97F4A7C15) % 2**64
+            noise[row] = torch.randn(_FEATURES + 1, generator=torch.Generator().manual_seed(key))
+        inputs = noise[:, :_FEATURES]
+        targets = torch.sin(inputs @ self._direction) + 0.1 * noise[:, _FEATURES:]
+        return list(zip(inputs, targets, strict=True))
+
+
+def _batches(loader: DataLoader[_Sample], start: int, stop: int) -> Iterator[tuple[int, _Sample]]:
+    """Steps ``start .. stop - 1`` with their batches: step ``s`` trains on the loader's batch
+    ``s % len(loader)`` (the loader's order is fixed), so a resumed run sees what a straight
+    one saw at the same step without making the batches it skips."""
+    per_epoch = len(loader)
+    step = start
+    while step < stop:
+        offset = step % per_epoch
+        for batch in itertools.islice(loader, offset, min(per_epoch, offset + stop - step)):
+            yield step, batch
+            step += 1
 
 
 def _model() -> torch.nn.Module:
@@ -354,7 +430,7 @@ def _model() -> torch.nn.Module:
 def _train(
     runner: Runner,
     config: DemoConfig,
-    data: TensorDataset,
+    data: _SyntheticData,
     start: int,
     stop: int,
     reporter: _Reporter,
@@ -378,37 +454,53 @@ def _train(
                 f"demo: the checkpoint {resume_from!r} was saved after step {state['step']!r}; "
                 f"expected {start}"
             )
-    loader = runner.setup_dataloader(
-        DataLoader(
-            data,
-            batch_size=config.batch_size,
-            shuffle=True,
-            generator=torch.Generator().manual_seed(config.seed),
-        )
-    )
+    # Samples are independent draws, so a fixed order loses nothing and needs no index
+    # permutation of the whole data set.
+    loader = runner.setup_dataloader(DataLoader(data, batch_size=config.batch_size))
     phase = "resume" if resume_from is not None else "first half" if save_to else "straight"
     task = reporter.start(phase, start, stop)
-    loss = torch.zeros(())
+    final = math.nan
     began = time.perf_counter()
-    # The loader's order is fixed by its seeded generator: skip the steps already trained.
-    for step, batch in enumerate(itertools.islice(loader, start, stop), start=start):
+    for step, batch in _batches(loader, start, stop):
         inputs, targets = runner.to_device(batch)
         with runner.autocast():
             loss = torch.nn.functional.mse_loss(model(inputs).float(), targets.float())
         runner.backward(loss, model)
         runner.step(optimizer)
-        reporter.advance(task, step + 1, loss)
+        # The loss shown is the mean over the ranks, as in the summary. Whether a step is
+        # shown depends only on the configuration, so every rank joins the same reductions.
+        if _shown(config.progress, start, stop, step + 1):
+            final = runner.all_reduce(loss.detach().float(), "mean").item()
+            reporter.advance(task, step + 1, final)
     rate = (stop - start) / max(time.perf_counter() - began, 1e-9)
-    final = runner.all_reduce(loss.detach().float(), "mean").item()
-    reporter.finish(task, final)
     if save_to is not None:
         runner.save(save_to, {"model": model, "optimizer": optimizer, "step": stop})
         reporter.saved(save_to)
+    # Under the sharded checkpoint layout the values are sharded tensors (STRAT-14): compare
+    # the complete values (full_tensor() is collective; every rank runs it, in key order).
     parameters = {
-        key: value.detach().to("cpu", copy=True)
+        key: _complete(value).detach().to("cpu", copy=True)
         for key, value in runner.strategy.module_state_dict(model).items()
     }
     return float(final), parameters, rate
+
+
+def _complete(value: torch.Tensor) -> torch.Tensor:
+    """The complete value of a sharded tensor (a ``DTensor``), else ``value``."""
+    full_tensor = getattr(value, "full_tensor", None)
+    if callable(full_tensor):
+        whole = full_tensor()
+        if isinstance(whole, torch.Tensor):
+            return whole
+    return value
+
+
+def _shown(mode: ProgressMode, start: int, stop: int, step: int) -> bool:
+    """Whether step ``step`` (1-based) of a phase ``start + 1 .. stop`` reports its loss: every
+    step with a bar, about :data:`_LOG_LINES` per phase in log mode, and always the last."""
+    if step == stop or mode == "bar":
+        return True
+    return mode == "log" and (step - start) % max((stop - start) // _LOG_LINES, 1) == 0
 
 
 class _Reporter:
@@ -482,23 +574,20 @@ class _Reporter:
             self._console.print(f"{phase}: steps {start + 1}..{stop}")
         return key
 
-    def advance(self, key: int, step: int, loss: torch.Tensor) -> None:
+    def advance(self, key: int, step: int, loss: float) -> None:
+        """Show step ``step``'s loss (the mean over the ranks)."""
         if self._mode == "none":
             return
-        began, start, stop = self._phases[key]
+        began, start, _ = self._phases[key]
         rate = (step - start) / max(time.perf_counter() - began, 1e-9)
         if self._progress is not None:
             self._progress.update(
-                self._tasks[key], completed=step, loss=f"{loss.item():.6f}", rate=f"{rate:.1f}"
+                self._tasks[key], completed=step, loss=f"{loss:.6f}", rate=f"{rate:.1f}"
             )
-            return
-        every = max((stop - start) // _LOG_LINES, 1)
-        if self._console is not None and ((step - start) % every == 0 or step == stop):
-            self._console.print(f"  step {step}/{stop}  loss {loss.item():.6f}  {rate:.1f} steps/s")
-
-    def finish(self, key: int, loss: float) -> None:
-        if self._progress is not None:
-            self._progress.update(self._tasks[key], loss=f"{loss:.6f}")
+        elif self._console is not None:
+            self._console.print(
+                f"  step {step}/{self._phases[key][2]}  loss {loss:.6f}  {rate:.1f} steps/s"
+            )
 
     def saved(self, path: str) -> None:
         if self._console is not None:

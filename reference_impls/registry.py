@@ -16,7 +16,13 @@ Kinds and their entry-point groups (:data:`ENTRY_POINT_GROUPS`)::
     "strategy"             trainspec.strategies
     "precision"            trainspec.precisions
     "checkpoint_io"        trainspec.checkpoint_io
-    "cluster_environment"  trainspec.environments
+    "cluster_environment"  trainspec.cluster_environments
+
+A group's old name is read too (:data:`LEGACY_ENTRY_POINT_GROUPS`): ``trainspec.environments``
+for cluster environments, deprecated, so plugins that declare it keep working; new plugins
+declare the canonical group above (the environment concept has one name everywhere: the
+protocol ``ClusterEnvironment``, the kind ``cluster_environment``, the reference package
+``trainspec.reference.cluster_environments``, the group ``trainspec.cluster_environments``).
 
 Factories are called by :func:`trainspec.reference.connector.resolve` as follows:
 accelerators, precisions, checkpoint IO and environments with no arguments; strategies with
@@ -41,6 +47,7 @@ from trainspec.reference._messages import describe_value
 
 __all__ = [
     "ENTRY_POINT_GROUPS",
+    "LEGACY_ENTRY_POINT_GROUPS",
     "REGISTRY_KINDS",
     "ComponentInfo",
     "Factory",
@@ -69,10 +76,15 @@ ENTRY_POINT_GROUPS: Final[Mapping[RegistryKind, str]] = MappingProxyType(
         "strategy": "trainspec.strategies",
         "precision": "trainspec.precisions",
         "checkpoint_io": "trainspec.checkpoint_io",
-        "cluster_environment": "trainspec.environments",
+        "cluster_environment": "trainspec.cluster_environments",
     }
 )
-"""The entry-point group searched for each kind."""
+"""The entry-point group searched for each kind (its canonical name)."""
+
+LEGACY_ENTRY_POINT_GROUPS: Final[Mapping[RegistryKind, tuple[str, ...]]] = MappingProxyType(
+    {"cluster_environment": ("trainspec.environments",)}
+)
+"""Deprecated group names still searched, after the canonical one, for the kinds listed."""
 
 Factory: TypeAlias = Callable[..., object]
 """What an entry point loads to: a class or a callable returning a component."""
@@ -274,7 +286,9 @@ class Registry:
         if scanned is None:
             scanned = {}
             seen: set[tuple[str, str, str | None]] = set()
-            for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUPS[kind]):
+            groups = (ENTRY_POINT_GROUPS[kind], *LEGACY_ENTRY_POINT_GROUPS.get(kind, ()))
+            found = [ep for group in groups for ep in importlib.metadata.entry_points(group=group)]
+            for entry_point in found:
                 distribution = getattr(entry_point, "dist", None)
                 dist_name = None if distribution is None else distribution.name
                 key = (entry_point.name, entry_point.value, dist_name)

@@ -86,6 +86,32 @@ class Runner:
     A Runner is used by one thread per rank. It must be picklable when the strategy's
     launcher pickles the function's arguments (the Runner is passed to ``fn``), which holds
     whenever the strategy itself is picklable.
+
+    A member named like a member of :class:`trainspec.Strategy` (or of an optional capability
+    protocol: ``no_backward_sync``, ``mark_step``) calls that member: ``global_rank``,
+    ``local_rank``, ``node_rank``, ``world_size``, ``is_global_zero``, ``setup_module``,
+    ``teardown``, ``backward``, ``all_reduce``, ``all_gather``, ``broadcast``,
+    ``broadcast_object``, ``barrier``, ``reduce_boolean_decision``. The others carry the
+    shorter names of a training loop; this table maps them (a test keeps it complete, and
+    docs/api-reference.md repeats it):
+
+    | Runner member | Strategy members it calls |
+    | --- | --- |
+    | `strategy` | the strategy itself |
+    | `from_config` | none: builds one with `trainspec.reference.connector.resolve` |
+    | `device` | `root_device` |
+    | `launch` | `launcher.launch`, `setup_environment`, `teardown` |
+    | `setup` | `setup_module`, `setup_optimizer` |
+    | `setup_dataloader` | `process_dataloader` |
+    | `init_module` | `module_init_context` |
+    | `to_device` | `batch_to_device` |
+    | `autocast` | `forward_context` |
+    | `step` | `optimizer_step` |
+    | `clip_gradients` | `clip_gradients_norm` |
+    | `save` | `module_state_dict`, `optimizer_state_dict`, `save_checkpoint` |
+    | `load` | `load_checkpoint`, `load_module_state_dict`, `load_optimizer_state_dict` |
+
+    ``save`` and ``load`` also store and restore ``strategy.precision``'s state.
     """
 
     def __init__(self, strategy: Strategy) -> None:
@@ -321,8 +347,9 @@ class Runner:
         state: Mapping[str, object],
         storage_options: StorageOptions = None,
     ) -> None:
-        """Save ``state`` through ``strategy.save_checkpoint`` (rank zero writes, every rank
-        returns after the file is complete).
+        """Save ``state`` through ``strategy.save_checkpoint`` on every rank (under the full
+        checkpoint layout rank zero writes, under the sharded one every rank writes its part;
+        every rank returns after the checkpoint is complete, STRAT-16).
 
         Modules become ``strategy.module_state_dict(module)``, optimizers
         ``strategy.optimizer_state_dict(optimizer)``; other values are saved as they are.

@@ -3,8 +3,9 @@
 
 Runs every target of ``tests/reliability/_fuzz_inputs.py`` (``resolve``, ``parse_devices`` on
 every reference accelerator, the accelerator constructors, ``precision_for_flag``, precision
-``load_state_dict``, the cluster environments under arbitrary environment variables, and the
-``trainspec`` command line) with hypothesis, ``--examples`` examples each, and checks every
+``load_state_dict``, the cluster environments under arbitrary environment variables, the
+``trainspec`` command line, and ``trainspec demo`` runs with hostile numbers that reach
+training) with hypothesis, ``--examples`` examples each, and checks every
 outcome against the rule in that module's docstring: success, or a trainspec error of the
 allowed kind whose message names a valid choice, within the watchdog's deadline.
 

@@ -13,12 +13,18 @@ collective raising CollectiveTimeoutError or PeerFailureError), the launches tha
 within the bound after the fault, and the trials that left rank processes or the culprit's
 helper behind. Leftovers are killed after each trial so that they do not pile up.
 
+``--kit-trials N`` adds N trials of the conformance kit's own world
+(``rank_scenarios.run_kit_signal_case``): a script drives ``World(2)`` while rank 1 hangs in C
+code holding the GIL, and gets a random SIGTERM (a CI runner's timeout), SIGINT (Ctrl-C) or
+SIGKILL; a second table counts, per signal, the trials that left a rank or the
+multiprocessing resource tracker behind.
+
 Usage::
 
     python scripts/soak_rank_failures.py --trials 30 [--seed 0] [--launchers spawn,subprocess]
-        [--faults hang,exit,segv,raise] [--json]
+        [--faults hang,exit,segv,raise] [--kit-trials 10] [--json]
 
-Exit status: 0 when every trial kept every guarantee, 1 otherwise (the table says which).
+Exit status: 0 when every trial kept every guarantee, 1 otherwise (the tables say which).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import argparse
 import json
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -95,12 +102,10 @@ def _row(scenario: str, outcomes: list[rs.Outcome]) -> dict[str, object]:
     }
 
 
-def _table(rows: list[dict[str, object]]) -> str:
-    cells = [[str(row[column]) for column in _COLUMNS] for row in rows]
-    widths = [max(len(column), *(len(c[i]) for c in cells)) for i, column in enumerate(_COLUMNS)]
-    lines = [
-        " | ".join(column.ljust(width) for column, width in zip(_COLUMNS, widths, strict=True))
-    ]
+def _table(rows: list[dict[str, object]], columns: Sequence[str] = _COLUMNS) -> str:
+    cells = [[str(row[column]) for column in columns] for row in rows]
+    widths = [max(len(column), *(len(c[i]) for c in cells)) for i, column in enumerate(columns)]
+    lines = [" | ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True))]
     lines.append("-+-".join("-" * width for width in widths))
     for row_cells in cells:
         lines.append(
@@ -109,9 +114,39 @@ def _table(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
+_KIT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGKILL)
+
+
+def _kit_rows(rng: random.Random, trials: int, root: Path) -> list[dict[str, object]]:
+    """``trials`` kit-world trials with a random signal each; one row per signal."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for number in range(trials):
+        signum = rng.choice(_KIT_SIGNALS)
+        workdir = root / f"kit-{number}"
+        workdir.mkdir(parents=True)
+        row = counts[signum.name]
+        row[0] += 1
+        try:
+            outcome = rs.run_kit_signal_case(signum, workdir)
+        except RuntimeError as error:  # the world never reached the hang
+            row[2] += 1
+            verdict = f"not run: {error}"
+        else:
+            row[1] += bool(outcome.leftover)
+            verdict = f"left {outcome.leftover}" if outcome.leftover else "ok"
+        print(f"[kit {number + 1}/{trials}] {signum.name}: {verdict}", file=sys.stderr, flush=True)
+    return [
+        {"signal": name, "trials": row[0], "left processes": row[1], "not run": row[2]}
+        for name, row in sorted(counts.items())
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--trials", type=int, required=True, help="number of launches")
+    parser.add_argument("--trials", type=int, default=0, help="number of launches")
+    parser.add_argument(
+        "--kit-trials", type=int, default=0, help="number of kit-world signal trials"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--launchers", default="spawn,subprocess")
     parser.add_argument("--faults", default=",".join(rs.FAULTS))
@@ -120,13 +155,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     launchers = [item for item in options.launchers.split(",") if item]
     faults = [item for item in options.faults.split(",") if item]
     unknown = sorted({*launchers} - {"spawn", "subprocess"} | {*faults} - {*rs.FAULTS})
-    if options.trials < 1 or unknown or not launchers or not faults:
-        parser.error(f"--trials must be >= 1; unknown launchers or faults: {unknown}")
+    if (
+        options.trials < 0
+        or options.kit_trials < 0
+        or options.trials + options.kit_trials < 1
+        or unknown
+        or not launchers
+        or not faults
+    ):
+        parser.error(
+            f"--trials and --kit-trials must be >= 0, one of them >= 1; unknown launchers or "
+            f"faults: {unknown}"
+        )
     cases = _cases(random.Random(options.seed), options.trials, launchers, faults)
     by_scenario: dict[str, list[rs.Outcome]] = defaultdict(list)
     root = Path(tempfile.mkdtemp(prefix="soak-rank-failures-"))
     started = time.monotonic()
+    kit: list[dict[str, object]] = []
     try:
+        kit = _kit_rows(random.Random(options.seed), options.kit_trials, root)
         for number, case in enumerate(cases):
             outcome = _run(case, root / f"trial-{number}")
             # What a trial left behind is counted in its outcome; do not let it pile up.
@@ -144,18 +191,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     rows = [_row(name, by_scenario[name]) for name in sorted(by_scenario)]
     total = _row("all", [o for outcomes in by_scenario.values() for o in outcomes])
-    print(_table([*rows, total]))
+    if options.trials:
+        print(_table([*rows, total]))
+    if kit:
+        print(_table(kit, ("signal", "trials", "left processes", "not run")))
     elapsed = time.monotonic() - started
     print(
-        f"{options.trials} trials in {elapsed:.0f} s; bound after the fault: "
+        f"{options.trials} launcher trials and {options.kit_trials} kit trials in "
+        f"{elapsed:.0f} s; bound after the fault: "
         f"{rs.time_bound():g} s (collective timeout {rs.COLLECTIVE_TIMEOUT_S:g} s, grace "
         f"{rs.GRACE_PERIOD_S:g} s x 2, slack {rs.SLACK_S:g} s)"
     )
     if options.json:
-        print(json.dumps({"rows": rows, "total": total, "seconds": round(elapsed, 1)}))
+        print(json.dumps({"rows": rows, "total": total, "kit": kit, "seconds": round(elapsed, 1)}))
     kept = (
         total["correct reports"] == total["within bound"] == total["trials"]
         and total["ranks left"] == total["helper left"] == 0
+        and not any(row["left processes"] or row["not run"] for row in kit)
     )
     return 0 if kept else 1
 

@@ -20,14 +20,19 @@ Target options read here:
     directories, locale) and restores ``os.environ`` exactly afterwards. The factory may raise
     :class:`~trainspec.ConfigurationError` for a description its environment refuses at
     construction, or :class:`~trainspec.conformance.core.CheckSkipped` for a description its
-    environment cannot express.
+    environment cannot express: that description is left out and the check goes on with the
+    others (a check is skipped only when nothing is left for it to check).
+
+Every instance the kit makes of a cluster environment (the structure layer's included) is made,
+used and torn down inside a sandbox of ``os.environ`` (:func:`sandboxed_environ`), so a
+``teardown`` that changes variables it never set is seen by ENV-6 and never changes the
+process running the kit.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Final, cast
 
@@ -39,6 +44,7 @@ from trainspec.conformance._helpers import (
     snippet,
 )
 from trainspec.conformance.core import CheckSkipped, Target, check
+from trainspec.conformance.kinds import KIND_TABLE, sandboxed_environ
 from trainspec.errors import ConfigurationError
 
 __all__ = [
@@ -49,11 +55,8 @@ __all__ = [
     "sandboxed_environ",
 ]
 
-CAPABILITIES: Final[dict[str, str]] = {
-    "configurable": "options['env_factory'] builds an instance for a given run description "
-    "(world_size, global_rank, local_rank, node_rank, main_address, main_port as strings); "
-    "enables the checks of chosen values and of inconsistent descriptions (ENV-3 ... ENV-5)",
-}
+CAPABILITIES: Final[dict[str, str]] = dict(KIND_TABLE["cluster_environment"].capabilities)
+"""The kind's declared capabilities (from :data:`trainspec.conformance.kinds.KIND_TABLE`)."""
 
 EnvFactory = Callable[[Mapping[str, str]], ClusterEnvironment]
 """The ``env_factory`` option: a run description in, an environment describing it out."""
@@ -127,23 +130,6 @@ _GARBAGE_VARIABLES: Final[Mapping[str, str]] = {
     "PMI_RANK": "x",
 }
 
-_BASIC_VARIABLES: Final = ("PATH", "HOME", "TMPDIR", "TEMP", "TMP", "LANG", "LC_ALL", "SYSTEMROOT")
-
-
-@contextmanager
-def sandboxed_environ(*, clear: bool = False) -> Iterator[None]:
-    """Restore ``os.environ`` exactly on exit; with ``clear``, start from only a few basic
-    variables (``PATH``, ``HOME``, temporary directories, locale)."""
-    saved = dict(os.environ)
-    try:
-        if clear:
-            os.environ.clear()
-            os.environ.update({k: saved[k] for k in _BASIC_VARIABLES if k in saved})
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
 
 def _factory(target: Target[ClusterEnvironment]) -> EnvFactory:
     factory = target.options.get("env_factory")
@@ -182,6 +168,24 @@ def _factory_snippet(
     return "\n".join("    " + line for line in lines)
 
 
+def _build_or_skip(
+    target: Target[ClusterEnvironment], description: Mapping[str, str], skipped: list[str]
+) -> ClusterEnvironment | None:
+    """The instance ``env_factory`` builds for ``description``, or ``None`` when the factory
+    skips the description (CheckSkipped: it cannot express it), the reason then added to
+    ``skipped``."""
+    try:
+        return _built(target, description)
+    except CheckSkipped as skip:
+        skipped.append(skip.reason)
+        return None
+
+
+def _nothing_left(skipped: list[str]) -> CheckSkipped:
+    reasons = "; ".join(sorted(set(skipped)))
+    return CheckSkipped(f"options['env_factory'] skipped every description to check: {reasons}")
+
+
 def _make_snippet(target: Target[ClusterEnvironment], body: str) -> str:
     return snippet(target, body, var="env")
 
@@ -194,6 +198,7 @@ def _for_each_instance(
     detects this process, and (``configurable``) one per valid description, each with its
     description (``None`` for ``make()``), inside a sandbox of ``os.environ``."""
     found = False
+    skipped: list[str] = []
     with sandboxed_environ():
         environment = target.make()
         if _detects(environment):
@@ -205,12 +210,16 @@ def _for_each_instance(
     if "configurable" in target.capabilities:
         for description in VALID_DESCRIPTIONS:
             with sandboxed_environ(clear=True):
-                environment = _built(target, description)
+                built = _build_or_skip(target, description, skipped)
+                if built is None:
+                    continue
                 found = True
                 try:
-                    body(environment, description)
+                    body(built, description)
                 finally:
-                    _teardown_quietly(environment)
+                    _teardown_quietly(built)
+    if not found and skipped:
+        raise _nothing_left(skipped)
     if not found:
         raise CheckSkipped(
             "the environment does not detect this process and the target is not "
@@ -323,7 +332,7 @@ def _safe_build(
 ) -> ClusterEnvironment | None:
     try:
         return _built(target, description)
-    except ConfigurationError:
+    except (ConfigurationError, CheckSkipped):  # refused, or cannot be expressed: nothing to ask
         return None
 
 
@@ -478,6 +487,7 @@ def check_environment_validate_rejects_inconsistent_descriptions(
     """validate() must raise ConfigurationError for an inconsistent description.
 
     Rank >= world size, a bad port or address, non-integer ranks, ..."""
+    skipped: list[str] = []
     for why, description in INVALID_DESCRIPTIONS:
         repro = _factory_snippet(target, description, "env.validate()")
         with sandboxed_environ(clear=True):
@@ -485,6 +495,9 @@ def check_environment_validate_rejects_inconsistent_descriptions(
                 environment = _built(target, description)
             except ConfigurationError:
                 continue  # refused at construction: as good as validate()
+            except CheckSkipped as skip:  # cannot be expressed: the other descriptions go on
+                skipped.append(skip.reason)
+                continue
             except Exception as error:
                 raise failure(
                     target,
@@ -519,6 +532,8 @@ def check_environment_validate_rejects_inconsistent_descriptions(
                 hint="Check types and ranges of every value validate() reads.",
                 snippet=repro,
             )
+    if len(skipped) == len(INVALID_DESCRIPTIONS):
+        raise _nothing_left(skipped)
 
 
 def _teardown_quietly(environment: ClusterEnvironment) -> None:
@@ -545,7 +560,10 @@ def check_environment_teardown_is_idempotent_and_restores_the_process(
     for build, description in builders:
         with sandboxed_environ(clear=description is not None):
             before = dict(os.environ) if description is None else {}
-            environment = build()
+            try:
+                environment = build()
+            except CheckSkipped:  # env_factory cannot express it: check the other builders
+                continue
             if description is not None:
                 before = dict(os.environ)  # the factory's variables describe the run
             used = description is not None or _detects(environment)

@@ -36,6 +36,7 @@ from trainspec.conformance._launch_targets import (
     report_and_return,
 )
 from trainspec.conformance.core import Target, check
+from trainspec.conformance.kinds import KIND_TABLE
 from trainspec.errors import LaunchError
 
 if TYPE_CHECKING:
@@ -43,10 +44,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CAPABILITIES"]
 
-CAPABILITIES: Final[dict[str, str]] = {
-    "multi_process": "launch starts options['num_processes'] (>= 2) ranks; the checks then "
-    "verify every rank ran, was waited for, and was stopped when another failed",
-}
+CAPABILITIES: Final[dict[str, str]] = dict(KIND_TABLE["launcher"].vocabulary)
+"""The kind's capability vocabulary (name -> description), read from the table of kinds
+(:data:`trainspec.conformance.kinds.KIND_TABLE`), where each capability is described once."""
 
 _PAYLOAD: Final = {"answer": 42, "nested": [1, "two", None]}
 _LINGER_SUCCESS_S: Final = 1.0  # ranks != 0 outlive rank 0 by this much on success

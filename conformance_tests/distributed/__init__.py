@@ -6,7 +6,8 @@ Public API (importing it imports neither torch nor the checks; the ranks do):
   :meth:`World.run` runs one check at a time on every rank and returns a
   :class:`DistributedResult` (one :class:`RankResult` per rank). Every check has a timeout;
   past it the hung ranks' stacks are collected and the world restarts. A crashed rank is
-  reported with its signal and stderr. No process is left behind.
+  reported with its signal and stderr. No process is left behind. At most
+  :func:`max_world_size` ranks.
 - :class:`TargetSpec` -- a target as picklable data (kind, ``"module:factory"``,
   capabilities, expected failures, options), rebuilt in every rank.
 - :class:`RankContext` -- inside a rank, the rank's view of the world and a channel between
@@ -37,7 +38,9 @@ from trainspec.conformance.distributed.world import (
     DEFAULT_CHECK_TIMEOUT_S,
     DEFAULT_CRASH_GRACE_S,
     DEFAULT_START_TIMEOUT_S,
+    MAX_WORLD_SIZE_VARIABLE,
     World,
+    max_world_size,
 )
 
 __all__ = [
@@ -46,6 +49,7 @@ __all__ = [
     "DEFAULT_LAYERS",
     "DEFAULT_START_TIMEOUT_S",
     "DISTRIBUTED_KINDS",
+    "MAX_WORLD_SIZE_VARIABLE",
     "RANK_CONTEXT_OPTION",
     "DistributedResult",
     "RankContext",
@@ -54,5 +58,6 @@ __all__ = [
     "TargetSpec",
     "World",
     "factory_path",
+    "max_world_size",
     "verify_distributed",
 ]

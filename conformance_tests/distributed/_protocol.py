@@ -17,7 +17,7 @@ bytes, so the parent never unpickles a rank's objects (and never needs torch).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -46,6 +46,10 @@ class WorkerConfig:
     parent_pid: int
     preload: tuple[str, ...] = ()
     """Modules imported once at start, so that checks do not pay for them."""
+    death_signal: bool = False
+    """Whether the rank may ask the kernel to kill it when its parent dies
+    (``PR_SET_PDEATHSIG``): only when the thread that started it lives as long as the parent
+    process (the main thread), since the kernel fires on the exit of that thread."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,9 @@ class RunTask:
     spec: TargetSpec
     main_port: int
     shared_dir: str
+    blocked: Mapping[str, str] = field(default_factory=dict)
+    """Members of the target that hung in an earlier check -> why: a call of one of them
+    ends the check as ``blocked`` instead of hanging again."""
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,24 @@ Each rank's outcome is one of:
 ``error``    it raised anything else
 ``timeout``  it had not finished when the harness gave up (``stack`` holds its threads)
 ``crashed``  its process died (``signal`` or ``exitcode``, ``stderr`` holds its last words)
+``blocked``  it called a member of the target that hung in an earlier check
 ===========  =====================================================================
 
 They combine into one :class:`DistributedResult` whose ``status`` uses the report's
 vocabulary, blaming the root cause first: a crashed rank makes it ``error``; otherwise a rank
-that did not finish makes it ``failed`` (a hang is a failure); otherwise a failed rank makes
-it ``failed``, an erroring rank ``error``; ranks that disagree (one passes, another skips)
-make it ``failed``, since every rank **must** reach the same verdict; ``passed`` and
-``skipped`` need every rank to agree.
+that did not finish makes it ``failed`` (a hang is a failure); otherwise a blocked rank makes
+it ``blocked`` (the others' errors are echoes of that); otherwise a failed rank makes it
+``failed``, an erroring rank ``error``; ranks that disagree (one passes, another skips) make
+it ``failed``, since every rank **must** reach the same verdict; ``passed`` and ``skipped``
+need every rank to agree. Where several ranks raised, the headline is a *primary* rank's
+error: one that is not the echo of another rank's failure (a collective that timed out or
+lost its peer, :attr:`RankResult.secondary`), as the reference launchers blame.
+
+Tearing down what the check made is not the check's verdict: a ``teardown()`` that raised
+(:attr:`RankResult.teardown`) and what the implementation left behind although every
+``teardown()`` ran (:attr:`RankResult.left_behind`, a default process group still
+initialized) are :attr:`DistributedResult.teardown_problems`, a verdict on the kind's
+lifecycle clause (``teardown:<check>`` in the report).
 """
 
 from __future__ import annotations
@@ -24,14 +34,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
-from trainspec.conformance.report import CheckResult, Status
+from trainspec.conformance.report import (
+    CheckResult,
+    Environment,
+    Report,
+    Status,
+    TargetReport,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["DistributedResult", "RankResult", "RankStatus", "combine"]
+__all__ = ["DistributedResult", "RankResult", "RankStatus", "combine", "launch_failure_report"]
 
-RankStatus = Literal["passed", "failed", "skipped", "error", "timeout", "crashed"]
+RankStatus = Literal["passed", "failed", "skipped", "error", "timeout", "crashed", "blocked"]
 
 _TAIL: Final = 4000
 
@@ -61,7 +77,20 @@ class RankResult:
     """``crashed`` and ``timeout``: what the process wrote to file descriptor 2 during the
     check (native crashes included)."""
     notes: tuple[str, ...] = ()
-    """Clean-up the harness had to do after the check on this rank."""
+    """Clean-up the harness did after the check on this rank that no clause forbids
+    (environment variables restored)."""
+    teardown: tuple[str, ...] = ()
+    """``"<Class>.teardown() raised <Error>: <message>"`` for each instance the check made
+    whose teardown raised (whatever the check's own status)."""
+    left_behind: tuple[str, ...] = ()
+    """What the implementation left behind after the check although its ``teardown()`` ran
+    (a default process group still initialized); the harness cleaned it afterwards."""
+    secondary: bool = False
+    """``error`` only: the error is likely the echo of another rank's failure (a
+    :class:`~trainspec.CollectiveError` or a ``torch.distributed`` error)."""
+    hung_in: tuple[str, ...] = ()
+    """``timeout`` only: the target's members found on the hung rank's stack, outermost
+    first."""
 
     @property
     def finished(self) -> bool:
@@ -80,6 +109,8 @@ class RankResult:
             lines[0] += " (as above)"
         elif self.message.strip():
             lines.append("  " + self.message.strip().replace("\n", "\n  "))
+        if self.hung_in:
+            lines.append(f"  it hung inside {', '.join(f'{m}()' for m in self.hung_in)}")
         if self.stack:
             lines.append("  its threads when the harness gave up:")
             lines.append("  " + _tail(self.stack).strip().replace("\n", "\n  "))
@@ -88,6 +119,8 @@ class RankResult:
             lines.append("  " + _tail(self.stderr).strip().replace("\n", "\n  "))
         for note in self.notes:
             lines.append(f"  note: {note}")
+        for thing in (*self.teardown, *self.left_behind):
+            lines.append(f"  teardown: {thing}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, object]:
@@ -104,6 +137,10 @@ class RankResult:
             "signal": self.signal,
             "stderr": self.stderr,
             "notes": list(self.notes),
+            "teardown": list(self.teardown),
+            "left_behind": list(self.left_behind),
+            "secondary": self.secondary,
+            "hung_in": list(self.hung_in),
         }
 
 
@@ -122,6 +159,9 @@ class DistributedResult:
     restarted: bool = False
     """Whether the world had to be killed after this check (a hang or a crash); the next
     check runs in a fresh world."""
+    lifecycle_clause: str = ""
+    """The clause of the kind's ``teardown()`` (``COLL-5``, ``STRAT-4``), which
+    :attr:`teardown_problems` break."""
 
     @property
     def finished_ranks(self) -> tuple[int, ...]:
@@ -137,6 +177,43 @@ class DistributedResult:
     def crashed_ranks(self) -> tuple[int, ...]:
         """Ranks whose process died during the check."""
         return tuple(r.rank for r in self.ranks if r.status == "crashed")
+
+    @property
+    def hung_in(self) -> tuple[str, ...]:
+        """The target's members the hung ranks were inside, outermost first (empty when
+        nothing hung or no member was on their stacks)."""
+        found: list[str] = []
+        for r in self.ranks:
+            found.extend(m for m in r.hung_in if m not in found)
+        return tuple(found)
+
+    @property
+    def teardown_problems(self) -> tuple[str, ...]:
+        """What went wrong when the harness tore down the instances the check made, one
+        line per problem naming its ranks: a ``teardown()`` that raised, or something the
+        implementation left behind although every ``teardown()`` ran. Each breaks the
+        kind's lifecycle clause (:attr:`lifecycle_clause`), not the check's own."""
+        return self.teardown_problems_once(set())
+
+    def teardown_problems_once(self, reported: set[str]) -> tuple[str, ...]:
+        """:attr:`teardown_problems`, less what the implementation left behind that
+        ``reported`` already holds (``reported`` is updated): an implementation that never
+        releases its process group is reported after the first check that shows it, not
+        after every check of the run. A ``teardown()`` that raised is reported every time."""
+        by_text: dict[str, list[int]] = {}
+        for r in self.ranks:
+            for text in r.teardown:
+                by_text.setdefault(text, []).append(r.rank)
+        left: dict[str, list[int]] = {}
+        for r in self.ranks:
+            for text in r.left_behind:
+                if text not in reported:
+                    left.setdefault(text, []).append(r.rank)
+        reported.update(left)
+        return tuple(
+            f"on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {text}"
+            for text, ranks in (*by_text.items(), *left.items())
+        )
 
     @property
     def traceback(self) -> str:
@@ -172,6 +249,7 @@ def combine(
     duration_s: float,
     timeout_s: float,
     restarted: bool,
+    lifecycle_clause: str = "",
 ) -> DistributedResult:
     """One verdict from every rank's outcome (rules in the module docstring)."""
     by_status: dict[str, list[RankResult]] = {}
@@ -200,13 +278,20 @@ def combine(
         )
     elif "timeout" in by_status:
         status = "failed"
+        members: list[str] = []
+        for r in by_status["timeout"]:
+            members.extend(m for m in r.hung_in if m not in members)
+        inside = f" (hung inside {', '.join(f'{m}()' for m in members)})" if members else ""
         summary = (
-            f"{check} did not finish within {timeout_s:g} s on ranks {listed('timeout')}; "
-            f"finished ranks: "
+            f"{check} did not finish within {timeout_s:g} s on ranks {listed('timeout')}"
+            f"{inside}; finished ranks: "
             + (", ".join(f"{r.rank} ({r.status})" for r in finished) or "none")
             + ". A hang is a failure; the hung ranks' stacks are below and the world was "
             "restarted."
         )
+    elif "blocked" in by_status:
+        status = "blocked"
+        summary = by_status["blocked"][0].message.strip() or f"{check} was blocked"
     elif "failed" in by_status:
         status = "failed"
         first = by_status["failed"][0]
@@ -219,7 +304,8 @@ def combine(
             )
     elif "error" in by_status:
         status = "error"
-        first = by_status["error"][0]
+        primary = [r for r in by_status["error"] if not r.secondary]
+        first = (primary or by_status["error"])[0]
         summary = first.message.strip() or f"{check} raised on rank {first.rank}"
         if len(by_status) > 1:
             summary += f"\n(error on ranks {listed('error')})"
@@ -239,10 +325,10 @@ def combine(
         status = "passed"
         summary = ""
     message = summary
-    if status not in ("passed", "skipped"):
+    if status not in ("passed", "skipped", "blocked"):
         details = "\n".join(
             r.describe(omit_message=r.message if r.message.strip() in summary else "")
-            for r in ranks
+            for r in sorted(ranks, key=lambda r: (r.secondary, r.rank))
             if r.status != "passed"
         )
         message = f"{summary}\n\n{details}" if details else summary
@@ -255,4 +341,29 @@ def combine(
         ranks=tuple(ranks),
         duration_s=duration_s,
         restarted=restarted,
+        lifecycle_clause=lifecycle_clause,
+    )
+
+
+def launch_failure_report(
+    kind: str, name: str, world_size: int, backend: str, error: BaseException
+) -> Report:
+    """The report of a target whose world could not run it: the ranks did not start, or
+    rank 0 died or hung while loading the factory (a :class:`~trainspec.LaunchError`). The
+    target fails with the cause, naming the rank, instead of a traceback without a report."""
+    rank = getattr(error, "rank", None)
+    who = f"rank {rank}" if isinstance(rank, int) else "a rank"
+    problem = (
+        f"{name} could not be verified on {world_size} ranks: {who} failed before any check "
+        f"ran ({type(error).__name__}):\n{str(error).strip()}"
+    )
+    return Report(
+        targets=(
+            TargetReport(
+                kind=kind,
+                name=f"{name} on {world_size} ranks ({backend})",
+                problems=(problem,),
+            ),
+        ),
+        environment=Environment.current(),
     )

@@ -13,6 +13,7 @@ import pickle
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from trainspec.conformance._helpers import qualified_name
 from trainspec.conformance.core import KINDS, Kind, Target
 from trainspec.errors import ConfigurationError
 
@@ -31,16 +32,15 @@ def factory_path(factory: object) -> str:
     by name: a lambda, a function defined inside another function, a ``functools.partial``
     or an object without ``__module__``/``__qualname__``.
     """
-    module = getattr(factory, "__module__", None)
-    qualname = getattr(factory, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+    named = qualified_name(factory)
+    if named is None:
         raise ConfigurationError(
             f"the distributed harness rebuilds the target in every rank from an import path, "
             f"so its factory must be a module-level class or function; got {factory!r}. Move "
             "it to module level, or pass a TargetSpec with factory='package.module:attribute' "
             "and the settings in options."
         )
-    return f"{module}:{qualname}"
+    return f"{named[0]}:{named[1]}"
 
 
 @dataclass(frozen=True)

@@ -13,37 +13,42 @@ The same report as :func:`trainspec.conformance.verify`, made in a
 3. ``expected_failures`` turn failures into ``xfailed`` (a declared failure that passes is
    ``xpassed``), and a run in which no check produced a verdict is not ``ok``.
 
+The ranks only produce raw outcomes; blocking, expected failures, teardown accounting and the
+zero-checks rule are :mod:`trainspec.conformance.verdict`'s, as for the in-process runner.
+
 A hung or crashed check is a result like any other (``failed`` / ``error`` with every rank's
 stack or stderr in its traceback); the world restarts and the run goes on.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-from collections.abc import Iterable, Mapping
-from typing import Final, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, cast
 
+from trainspec.conformance import verdict
 from trainspec.conformance.core import LAYERS
+from trainspec.conformance.distributed.results import launch_failure_report
 from trainspec.conformance.distributed.spec import TargetSpec
 from trainspec.conformance.distributed.world import DEFAULT_CHECK_TIMEOUT_S, World
-from trainspec.conformance.report import (
-    FAILING_STATUSES,
-    CheckResult,
-    Environment,
-    Report,
-    TargetReport,
-)
-from trainspec.errors import ConfigurationError
+from trainspec.conformance.kinds import KIND_TABLE, kind_spec
+from trainspec.conformance.report import CheckResult, Environment, Report, TargetReport
+from trainspec.conformance.verdict import RawOutcome
+from trainspec.errors import ConfigurationError, LaunchError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from trainspec.conformance.distributed.results import DistributedResult
 
 __all__ = ["DEFAULT_LAYERS", "DISTRIBUTED_KINDS", "verify_distributed"]
 
-DISTRIBUTED_KINDS: Final = ("collective", "strategy")
-"""The kinds whose checks mean something on several ranks."""
+DISTRIBUTED_KINDS: Final = tuple(
+    kind for kind, spec in KIND_TABLE.items() if spec.distributed_check_modules
+)
+"""The kinds whose checks mean something on several ranks: those the table of kinds gives
+distributed check modules (``collective``, ``strategy``)."""
 DEFAULT_LAYERS: Final = ("behaviour", "distributed", "end_to_end")
 """The layers run on the ranks (the structure layer always runs, on rank 0)."""
-
-_BLOCKING: Final = frozenset({"failed", "error"})
 
 
 def _layers(layers: Iterable[str] | None) -> tuple[str, ...]:
@@ -58,39 +63,13 @@ def _layers(layers: Iterable[str] | None) -> tuple[str, ...]:
     return chosen
 
 
-def _clause_title(clause: str) -> str:
-    try:
-        table = getattr(importlib.import_module("trainspec.conformance.clauses"), "CLAUSES", {})
-    except Exception:  # the report works without titles
-        return ""
-    title = getattr(table.get(clause), "title", "") if isinstance(table, Mapping) else ""
-    return title if isinstance(title, str) else ""
+@dataclass(frozen=True)
+class _Planned:
+    """A check the ranks will run, as rank 0's plan lists it."""
 
-
-def _expect(
-    result: CheckResult, expected: Mapping[str, str], clause_failed_elsewhere: bool
-) -> CheckResult:
-    """Apply ``expected_failures`` as the kit's runner does: keyed by a clause, the
-    declaration is satisfied when any check of the clause fails."""
-    key = result.check if result.check in expected else result.clause
-    reason = expected.get(key)
-    if reason is None:
-        return result
-    if result.status in _BLOCKING:
-        return dataclasses.replace(
-            result,
-            status="xfailed",
-            message=f"expected failure ({key}: {reason}): {result.message}",
-        )
-    if result.status == "passed":
-        if key == result.clause and clause_failed_elsewhere:
-            return result
-        return dataclasses.replace(
-            result,
-            status="xpassed",
-            message=f"expected failure {key} ({reason!r}) passed; remove it from expected_failures",
-        )
-    return result
+    name: str
+    clause: str
+    layer: str
 
 
 def verify_distributed(
@@ -119,8 +98,11 @@ def verify_distributed(
     ``world``: an already running :class:`World` to use (and leave running); otherwise a
     world of ``world_size`` ranks (default 2) on ``device`` with ``backend`` is started for
     this call and closed afterwards. Raises :class:`~trainspec.ConfigurationError` for a bad
-    configuration and :class:`~trainspec.LaunchError` when the ranks cannot start; every
-    verdict about the implementation is in the report.
+    configuration (a ``world_size`` above the machine's limit,
+    :func:`~trainspec.conformance.distributed.world.max_world_size`, included). Ranks that
+    cannot start, or a rank 0 that dies or hangs while loading the factory, fail the target
+    in the report (a problem naming the rank and the cause). Every verdict about the
+    implementation is in the report.
     """
     spec = TargetSpec.of(
         target,
@@ -145,9 +127,26 @@ def verify_distributed(
     active = world if world is not None else World(world_size or 2, device=device, backend=backend)
     try:
         return _verify(active, spec, chosen, selected, timeout_s)
+    except LaunchError as error:  # the ranks did not start, or rank 0 could not load it
+        return launch_failure_report(
+            spec.kind, spec.display_name, active.world_size, active.backend, error
+        )
     finally:
         if world is None:
             active.close()
+
+
+def _raw(result: DistributedResult, reported: set[str]) -> RawOutcome:
+    status = result.status
+    if status not in ("passed", "failed", "skipped", "error", "blocked"):  # combine() gives these
+        status = "error"
+    return RawOutcome(
+        status,
+        result.message,
+        result.traceback,
+        result.duration_s,
+        teardown=result.teardown_problems_once(reported),
+    )
 
 
 def _verify(
@@ -162,60 +161,50 @@ def _verify(
         CheckResult.from_dict(item)
         for item in cast("list[Mapping[str, object]]", plan.get("structure", []))
     ]
-    structure_failed = [r.check for r in structure if r.status in FAILING_STATUSES]
-    raw: list[CheckResult] = []
-    failed_by_layer: dict[str, set[str]] = {}
-    for item in cast("list[Mapping[str, object]]", plan.get("checks", [])):
-        name, clause, layer = str(item["name"]), str(item["clause"]), str(item["layer"])
-        earlier = {
-            c
-            for other, clauses in failed_by_layer.items()
-            if LAYERS.index(other) < LAYERS.index(layer)
-            for c in clauses
-        }
-        if structure_failed:
-            why = f"not run: structure failed ({', '.join(structure_failed)})"
-            result = CheckResult(name, clause, layer, "blocked", why)
-        elif clause in earlier:
-            why = f"not run: {clause} failed in an earlier layer; fix that first"
-            result = CheckResult(name, clause, layer, "blocked", why)
-        else:
-            result = world.run(name, spec, timeout_s).to_check_result()
-            if result.status in _BLOCKING:
-                failed_by_layer.setdefault(layer, set()).add(clause)
-        raw.append(dataclasses.replace(result, clause_title=_clause_title(clause)))
-    results = [
-        *structure,
-        *(_expect(r, spec.expected_failures, _other_failed(r, raw)) for r in raw),
+    checks = [
+        _Planned(str(item["name"]), str(item["clause"]), str(item["layer"]))
+        for item in cast("list[Mapping[str, object]]", plan.get("checks", []))
     ]
+    raw: dict[str, RawOutcome] = {}
+    reported: set[str] = set()  # what was left behind, reported once per run
+    for check in checks:  # in layer order, so blocking sees every earlier outcome
+        if verdict.blocked_reason(check, checks, raw, structure) is None:
+            raw[check.name] = _raw(world.run(check.name, spec, timeout_s), reported)
     problems = [str(p) for p in cast("list[object]", plan.get("problems", []))]
-    executed = sum(1 for r in raw if r.status not in ("skipped", "blocked"))
-    if executed == 0 and not structure_failed:
-        problems.append(
-            f"no checks ran for {spec.display_name} on {world.world_size} ranks: "
-            f"{len(raw)} selected, {sum(r.status == 'skipped' for r in raw)} skipped; a run "
-            "that checks nothing cannot pass"
-        )
+    name = str(plan.get("name", spec.display_name))
+    judged = verdict.judge(
+        checks,
+        raw,
+        structure,
+        verdict.Declarations(
+            name=name,
+            expected_failures=dict(spec.expected_failures),
+            lifecycle_clause=kind_spec(spec.kind).lifecycle_clause,
+        ),
+        problems,
+        where=f" on {world.world_size} ranks",
+    )
     version = plan.get("version")
+    # The effective capabilities, as rank 0 saw them: given, declared on the implementation,
+    # and inferred by the structure layer (a plan without them: those given).
+    planned = plan.get("capabilities")
+    capabilities = (
+        tuple(sorted(str(c) for c in cast("list[object]", planned)))
+        if isinstance(planned, list)
+        else tuple(sorted(spec.capabilities))
+    )
     return Report(
         targets=(
             TargetReport(
                 kind=spec.kind,
-                name=f"{plan.get('name', spec.display_name)} on {world.world_size} ranks "
-                f"({world.backend})",
-                results=tuple(results),
+                name=f"{name} on {world.world_size} ranks ({world.backend})",
+                results=judged.results,
                 version=version if isinstance(version, str) else None,
-                capabilities=tuple(sorted(spec.capabilities)),
+                capabilities=capabilities,
                 expected_failures=dict(spec.expected_failures),
-                problems=tuple(problems),
-                duration_s=sum(r.duration_s for r in results),
+                problems=judged.problems,
+                duration_s=sum(r.duration_s for r in judged.results),
             ),
         ),
         environment=Environment.current(),
-    )
-
-
-def _other_failed(result: CheckResult, raw: Iterable[CheckResult]) -> bool:
-    return any(
-        r.clause == result.clause and r.check != result.check and r.status in _BLOCKING for r in raw
     )

@@ -15,7 +15,11 @@ Lifecycle::
                                               the check and answers; repeat
        a check past its timeout           -- the hung ranks' Python stacks are collected
                                               (SIGUSR1 -> faulthandler), every rank is killed,
-                                              and the next run() starts a fresh world
+                                              and the next run() starts a fresh world; the
+                                              target's members on the hung stacks are
+                                              *blocked* for that target: a later check that
+                                              calls one ends at once as ``blocked`` (with the
+                                              cause) instead of paying the timeout again
        a rank that dies                   -- reported by rank with its signal and stderr; the
                                               others get a grace period, then the same
     3) close()  (or leaving the context)  -- stop, then terminate, then kill; idempotent
@@ -23,7 +27,12 @@ Lifecycle::
 No process outlives the World: ``close()`` kills what does not stop, a finalizer and an
 ``atexit`` hook do the same for a World that was never closed, every rank leaves its parent's
 process group so that killing the group also ends what the rank started, and a rank whose
-parent died exits by itself within a second.
+parent died is killed by the kernel (Linux ``PR_SET_PDEATHSIG``, for a World started from
+the main thread; it works while the rank holds the GIL) or exits by itself within a second
+(a watcher thread, everywhere).
+
+A World has at most :func:`max_world_size` ranks (4 per CPU, at least 8, or
+``TRAINSPEC_MAX_WORLD_SIZE``): every rank is a process that imports torch.
 
 Each rank gets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK``,
 ``MASTER_ADDR`` and ``MASTER_PORT``: a free port chosen at every start of the world, and a
@@ -43,7 +52,9 @@ import multiprocessing.util  # registered before our atexit hook, so ours runs f
 import os
 import shutil
 import signal
+import sys
 import tempfile
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -78,7 +89,9 @@ __all__ = [
     "DEFAULT_CHECK_TIMEOUT_S",
     "DEFAULT_CRASH_GRACE_S",
     "DEFAULT_START_TIMEOUT_S",
+    "MAX_WORLD_SIZE_VARIABLE",
     "World",
+    "max_world_size",
 ]
 
 DEFAULT_CHECK_TIMEOUT_S: Final = 120.0
@@ -94,6 +107,73 @@ _KILL_WAIT_S: Final = 5.0
 _STACK_WAIT_S: Final = 3.0
 _OUTPUT_LIMIT: Final = 64 * 1024
 _DUMP_SIGNAL: Final = getattr(signal, "SIGUSR1", None)
+MAX_WORLD_SIZE_VARIABLE: Final = "TRAINSPEC_MAX_WORLD_SIZE"
+"""An environment variable that overrides :func:`max_world_size` (a whole number >= 1)."""
+_RANKS_PER_CPU: Final = 4
+_MIN_CAP: Final = 8
+_WHOLE_TARGET: Final = "*"
+"""The key of ``blocked`` members meaning every check of the target (its factory or its
+``teardown()`` hung: no check can run without them)."""
+
+
+def max_world_size() -> int:
+    """The most ranks a World starts on this machine: ``TRAINSPEC_MAX_WORLD_SIZE`` if set,
+    else 4 per CPU (``os.cpu_count()``) and at least 8. Every rank is a process that imports
+    torch (hundreds of MB); far more ranks than CPUs only thrash, and thousands exhaust the
+    process table. Raises :class:`~trainspec.ConfigurationError` for a malformed variable."""
+    text = os.environ.get(MAX_WORLD_SIZE_VARIABLE, "").strip()
+    if text:
+        if not (text.isascii() and text.isdigit()) or int(text) < 1:
+            raise ConfigurationError(
+                f"{MAX_WORLD_SIZE_VARIABLE} must be a whole number of ranks >= 1; got {text!r}"
+            )
+        return int(text)
+    return max(_MIN_CAP, _RANKS_PER_CPU * (os.cpu_count() or 1))
+
+
+def _spec_key(spec: TargetSpec) -> str:
+    return repr((spec.kind, spec.factory, spec.name, sorted(spec.options.items(), key=str)))
+
+
+def _excluded_roots() -> tuple[str, ...]:
+    """Directories whose frames are never the target's: the kit's and torch's (and the
+    standard library's, :func:`_stdlib_roots`)."""
+    import importlib.util
+
+    roots = [os.path.dirname(os.path.dirname(os.path.abspath(_worker.__file__)))]
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        roots.extend(os.path.abspath(p) for p in spec.submodule_search_locations)
+    return tuple(os.path.join(root, "") for root in roots)
+
+
+def _stdlib_roots() -> tuple[str, ...]:
+    """The standard library's directory, unless installed packages live under it."""
+    stdlib = os.path.dirname(os.path.abspath(os.__file__))
+    if any(p.startswith(os.path.join(stdlib, "")) for p in sys.path if "-packages" in p):
+        return ()
+    return (os.path.join(stdlib, ""),)
+
+
+def _members_on_stack(stack: str, members: frozenset[str], roots: tuple[str, ...]) -> list[str]:
+    """The target's members in a faulthandler dump (most recent call first), outermost first:
+    frames named after a protocol member in files outside the kit and torch."""
+    found: list[str] = []
+    for line in reversed(stack.splitlines()):
+        text = line.strip()
+        if not text.startswith('File "'):
+            continue
+        path, _, rest = text[len('File "') :].partition('"')
+        name = rest.rpartition(" in ")[2].strip()
+        if path.startswith("<"):  # "<string>" (the spawn bootstrap), "<frozen ...>"
+            continue
+        if name in members and not os.path.abspath(path).startswith(roots):
+            if name not in found:
+                found.append(name)
+    return found
 
 
 # --------------------------------------------------------------------------- process handling
@@ -196,6 +276,7 @@ class _Outcome:
     hung: list[int] = field(default_factory=list)
     stacks: dict[int, str] = field(default_factory=dict)
     stderr: dict[int, str] = field(default_factory=dict)
+    hung_in: dict[int, list[str]] = field(default_factory=dict)
     crash_first: int | None = None
     duration_s: float = 0.0
 
@@ -233,6 +314,14 @@ class World:
     ) -> None:
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
             raise ConfigurationError(f"World: world_size must be an int >= 1; got {world_size!r}")
+        limit = max_world_size()
+        if world_size > limit:
+            raise ConfigurationError(
+                f"World: world_size {world_size} is more ranks than this machine can run: at "
+                f"most {limit} ({_RANKS_PER_CPU} per CPU of {os.cpu_count() or 1}, at least "
+                f"{_MIN_CAP}; every rank is a process that imports torch). Use fewer ranks, "
+                f"or set {MAX_WORLD_SIZE_VARIABLE} to raise the limit."
+            )
         if not isinstance(device, str) or not device or ":" in device:
             raise ConfigurationError(
                 f"World: device must be a device type such as 'cpu' or 'cuda' (each rank gets "
@@ -269,6 +358,7 @@ class World:
         self._task_id = 0
         self._closed = False
         self._known: dict[str, tuple[str, str]] = {}
+        self._blocked: dict[str, dict[str, str]] = {}
         self._reaper = _Reaper()
         self._finalizer = weakref.finalize(self, self._reaper.kill_all)
         _LIVE.add(self)
@@ -363,6 +453,7 @@ class World:
                     stack_path=os.path.join(start_dir, f"rank{rank}.stacks"),
                     parent_pid=os.getpid(),
                     preload=self._preload,
+                    death_signal=threading.current_thread() is threading.main_thread(),
                 )
                 parent_end, child_end = context.Pipe(duplex=True)
                 process = context.Process(
@@ -370,7 +461,15 @@ class World:
                     args=(config, child_end),
                     name=f"trainspec-world-rank{rank}",
                 )
-                process.start()
+                try:
+                    process.start()
+                except OSError as error:  # EAGAIN (process table), ENOMEM, EMFILE, ...
+                    raise LaunchError(
+                        f"World: rank {rank} of {self._world_size} could not be started "
+                        f"({type(error).__name__}: {error}); this machine cannot run "
+                        f"{self._world_size} ranks now, use fewer",
+                        rank=rank,
+                    ) from error
                 self._reaper.processes.append(process)
                 child_end.close()
                 self._ranks.append(
@@ -508,7 +607,13 @@ class World:
 
         Starts the world if needed. Never hangs: after ``timeout_s`` seconds the ranks that
         have not finished are reported with their stacks and the world is killed (the next
-        call starts it again). Raises only for bad arguments
+        call starts it again). The target's members on the hung ranks' stacks are then
+        blocked for this target (the same kind, factory, name and options): a later check
+        that calls one of them is ``blocked`` at that call, naming the hang, and when the
+        factory or ``teardown()`` hung every later check of the target is ``blocked`` without
+        running. What the implementation left behind although every instance was torn down
+        is on the result (:attr:`DistributedResult.teardown_problems`). Raises only for bad
+        arguments
         (:class:`~trainspec.ConfigurationError`) or a world that cannot start
         (:class:`~trainspec.LaunchError`); an unknown check name or a factory that does not
         import in the ranks is an ``error`` result from every rank.
@@ -516,6 +621,10 @@ class World:
         spec = target if isinstance(target, TargetSpec) else TargetSpec.of(target)
         if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
             raise ConfigurationError(f"World.run: timeout_s must be positive; got {timeout_s!r}")
+        key = _spec_key(spec)
+        blocked = dict(self._blocked.get(key, {}))
+        if _WHOLE_TARGET in blocked:
+            return self._blocked_everywhere(check, spec, blocked[_WHOLE_TARGET])
         self.start()
         assert self._run_dir is not None
         self._task_id += 1
@@ -526,6 +635,7 @@ class World:
             spec=spec,
             main_port=free_port(self._main_address),
             shared_dir=shared_dir,
+            blocked=blocked,
         )
         try:
             outcome = self._dispatch(list(range(self._world_size)), task, float(timeout_s))
@@ -538,6 +648,8 @@ class World:
             clause, layer = str(payload.get("clause", "")), str(payload.get("layer", ""))
             self._known[check] = (clause, layer)
         clause, layer = self._known.get(check, ("", "distributed"))
+        if outcome.hung:
+            self._block_hung(key, spec, check, outcome, float(timeout_s))
         ranks = [self._rank_result(r, outcome, float(timeout_s)) for r in range(self._world_size)]
         return combine(
             check,
@@ -547,6 +659,60 @@ class World:
             duration_s=outcome.duration_s,
             timeout_s=float(timeout_s),
             restarted=restarted,
+            lifecycle_clause=_worker.lifecycle_clause(spec.kind),
+        )
+
+    def blocked_members(self, target: TargetSpec | object) -> dict[str, str]:
+        """The members of ``target`` that hung in an earlier :meth:`run` -> why (``"*"``:
+        every check of the target, its factory or ``teardown()`` hung)."""
+        spec = target if isinstance(target, TargetSpec) else TargetSpec.of(target)
+        return dict(self._blocked.get(_spec_key(spec), {}))
+
+    def _block_hung(
+        self, key: str, spec: TargetSpec, check: str, outcome: _Outcome, timeout_s: float
+    ) -> None:
+        known = _worker.members(spec.kind)
+        roots = (*_excluded_roots(), *_stdlib_roots())
+        factory = spec.factory.rpartition(":")[2].rpartition(".")[2]
+        blocked = self._blocked.setdefault(key, {})
+        ranks = ", ".join(str(r) for r in outcome.hung)
+        for rank in outcome.hung:
+            stack = outcome.stacks.get(rank, "")
+            found = _members_on_stack(stack, known, roots)
+            outcome.hung_in[rank] = found
+            whole = None
+            if "teardown" in found:
+                whole = "teardown()"
+            elif not found and _members_on_stack(
+                stack, frozenset({factory, "__init__", "<module>"}), roots
+            ):
+                whole = f"importing or calling the factory {spec.factory}"
+            if whole is not None:
+                blocked[_WHOLE_TARGET] = (
+                    f"{whole} hung on rank(s) {ranks} in {check} (not finished within "
+                    f"{timeout_s:g} s), and every check needs it"
+                )
+            for member in found:
+                blocked.setdefault(
+                    member,
+                    f"hung on rank(s) {ranks} in {check} (not finished within {timeout_s:g} s)",
+                )
+
+    def _blocked_everywhere(self, check: str, spec: TargetSpec, why: str) -> DistributedResult:
+        clause, layer = self._known.get(check, ("", "distributed"))
+        message = f"blocked: {why}; fix that hang first (the harness does not wait for it again)"
+        ranks = [
+            RankResult(rank=r, status="blocked", message=message) for r in range(self.world_size)
+        ]
+        return combine(
+            check,
+            clause,
+            layer,
+            ranks,
+            duration_s=0.0,
+            timeout_s=0.0,
+            restarted=False,
+            lifecycle_clause=_worker.lifecycle_clause(spec.kind),
         )
 
     def plan(
@@ -571,7 +737,7 @@ class World:
             self._kill_ranks()
             result = self._rank_result(0, outcome, timeout_s)
             raise LaunchError(
-                f"World.plan: rank 0 did not answer while loading {target.factory!r}:\n"
+                f"World.plan: rank 0 did not finish loading {target.factory!r}:\n"
                 + result.describe(),
                 rank=0,
             )
@@ -706,6 +872,8 @@ class World:
             notes = payload.get("notes", [])
             pid = payload.get("pid")
             duration = payload.get("duration_s", 0.0)
+            left = payload.get("left_behind", [])
+            raised = payload.get("teardown", [])
             return RankResult(
                 rank=rank,
                 status=_rank_status(status),
@@ -714,6 +882,9 @@ class World:
                 duration_s=float(duration) if isinstance(duration, (int, float)) else 0.0,
                 pid=pid if isinstance(pid, int) else None,
                 notes=tuple(str(n) for n in notes) if isinstance(notes, list) else (),
+                teardown=tuple(str(n) for n in raised) if isinstance(raised, list) else (),
+                left_behind=tuple(str(n) for n in left) if isinstance(left, list) else (),
+                secondary=payload.get("secondary") is True,
             )
         if rank in outcome.crashed:
             exitcode = outcome.crashed[rank]
@@ -740,6 +911,7 @@ class World:
             message=why,
             stack=outcome.stacks.get(rank, ""),
             stderr=outcome.stderr.get(rank, ""),
+            hung_in=tuple(outcome.hung_in.get(rank, ())),
         )
 
 
@@ -755,6 +927,7 @@ def _rank_status(value: str) -> RankStatus:
         "error",
         "timeout",
         "crashed",
+        "blocked",
     )
     for status in statuses:
         if status == value:

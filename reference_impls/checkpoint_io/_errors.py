@@ -12,30 +12,41 @@ stage    source exception                     trainspec error
 read     FileNotFoundError                    CheckpointNotFoundError
 read     NotADirectoryError                   CheckpointNotFoundError (a parent is a file)
 read     IsADirectoryError                    CheckpointCorruptedError (not a file)
+read     SpecialFileError                     CheckpointCorruptedError (a FIFO, device, socket)
 read     PermissionError                      CheckpointError
 read     OSError                              CheckpointError
+decode   UnresolvedContentError               UnsafeCheckpointError ("unsafe or corrupted")
 decode   UnsafeContentError                   UnsafeCheckpointError
+decode   MemoryError                          CheckpointError (does not fit in memory)
 decode   Exception                            CheckpointCorruptedError
 encode   PicklingError, TypeError,            TypeError (a value the format cannot store)
          AttributeError, RuntimeError
 write    IsADirectoryError                    CheckpointWriteError (a directory is in the way)
+write    SpecialFileError                     CheckpointWriteError (refuses a FIFO, device, ...)
 write    NotADirectoryError, FileExistsError  CheckpointWriteError (a parent is a file)
 write    PermissionError                      CheckpointWriteError
 write    FileNotFoundError                    CheckpointWriteError (e.g. a missing bucket)
 write    OSError                              CheckpointWriteError (no space, read-only, ...)
 remove   IsADirectoryError                    CheckpointWriteError (refuses to delete a folder)
+remove   SpecialFileError                     CheckpointWriteError (refuses a FIFO, device, ...)
 remove   PermissionError                      CheckpointWriteError
 remove   OSError                              CheckpointWriteError
 ======== ==================================== =================================================
 
 Rules are tried in order; the first whose stage and source class match wins. The original
 exception becomes ``__cause__`` (the caller writes ``raise translate(...) from exc``).
+
+Interruptions are never translated: a ``KeyboardInterrupt``, ``SystemExit`` or any other
+``BaseException`` that is not an ``Exception`` propagates as itself, even when a library
+wrapped it (torch's writer raises a ``RuntimeError`` whose ``__context__`` is the
+``KeyboardInterrupt``); :func:`interruption` finds it in the chain.
 """
 
 from __future__ import annotations
 
 import errno
 import pickle
+import stat
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -47,7 +58,18 @@ from trainspec.errors import (
     UnsafeCheckpointError,
 )
 
-__all__ = ["RULES", "Rule", "Stage", "UnsafeContentError", "translate"]
+__all__ = [
+    "FileTooLargeError",
+    "RULES",
+    "Rule",
+    "SpecialFileError",
+    "Stage",
+    "UnresolvedContentError",
+    "UnsafeContentError",
+    "file_kind",
+    "interruption",
+    "translate",
+]
 
 Stage = Literal["read", "decode", "encode", "write", "remove"]
 """Where in an operation an error was met: reading raw bytes, decoding them, encoding the
@@ -61,6 +83,68 @@ class UnsafeContentError(pickle.UnpicklingError):
     def __init__(self, message: str, names: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.names = names
+
+
+class UnresolvedContentError(UnsafeContentError):
+    """Raised inside this package when a weights-only load was refused and the pickle refers
+    to a global whose name cannot be read without running the pickle (a protocol 4/5
+    ``STACK_GLOBAL`` fed by computed values): the loader cannot tell an unsafe file from a
+    damaged one, and reports it as unsafe, the reading that keeps the code from running."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
+def file_kind(mode: int) -> str | None:
+    """What ``mode`` (an ``st_mode``) names, in words, or ``None`` for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, kind in (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISLNK, "symbolic link"),
+    ):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+class SpecialFileError(OSError):
+    """Raised inside this package when a checkpoint path names something other than a regular
+    file or directory: a FIFO, a character or block device, a socket. Saving over it or
+    removing it would destroy it, and reading it could block forever; ``kind`` names it."""
+
+    def __init__(self, path: str, kind: str) -> None:
+        super().__init__(f"{path} is a {kind}, not a regular file")
+        self.path = path
+        self.kind = kind
+
+
+class FileTooLargeError(MemoryError):
+    """Raised inside this package before reading a whole file that is larger than this
+    machine's memory (reading it would fail, or wake the out-of-memory killer)."""
+
+
+def interruption(exc: BaseException) -> BaseException | None:
+    """The first ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``,
+    ``SystemExit``, ...) in ``exc`` and its ``__cause__`` / ``__context__`` chain, or ``None``.
+
+    Such an exception **must** propagate as itself rather than be translated.
+    """
+    pending: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if not isinstance(current, Exception):
+            return current
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return None
 
 
 @dataclass(frozen=True)
@@ -97,13 +181,33 @@ RULES: Final[tuple[Rule, ...]] = (
         CheckpointCorruptedError,
         "{path} is a directory; a checkpoint must be a single {fmt} file",
     ),
+    Rule(
+        "read",
+        (SpecialFileError,),
+        CheckpointCorruptedError,
+        "{path} is not a regular file (a FIFO, device or socket); a checkpoint must be a "
+        "single {fmt} file",
+    ),
     Rule("read", (PermissionError,), CheckpointError, "{path} could not be read: access denied"),
     Rule("read", (OSError,), CheckpointError, "{path} could not be read"),
+    Rule(
+        "decode",
+        (UnresolvedContentError,),
+        UnsafeCheckpointError,
+        "{path} is unsafe or corrupted: it refers to objects that are not plain data, and the "
+        "loader cannot tell which. " + _UNSAFE_HINT,
+    ),
     Rule(
         "decode",
         (UnsafeContentError,),
         UnsafeCheckpointError,
         "{path} contains objects that are not plain data. " + _UNSAFE_HINT,
+    ),
+    Rule(
+        "decode",
+        (MemoryError,),
+        CheckpointError,
+        "{path} could not be loaded: it does not fit in this machine's memory",
     ),
     Rule(
         "decode",
@@ -127,6 +231,13 @@ RULES: Final[tuple[Rule, ...]] = (
     ),
     Rule(
         "write",
+        (SpecialFileError,),
+        CheckpointWriteError,
+        "refusing to write {path}: it is not a regular file (a FIFO, device or socket), and a "
+        "save would destroy it",
+    ),
+    Rule(
+        "write",
         (NotADirectoryError, FileExistsError),
         CheckpointWriteError,
         "cannot write {path}: one of its parents is a file, not a directory",
@@ -145,6 +256,13 @@ RULES: Final[tuple[Rule, ...]] = (
         CheckpointWriteError,
         "refusing to remove {path}: it is a directory, and remove_checkpoint removes "
         "checkpoint files only",
+    ),
+    Rule(
+        "remove",
+        (SpecialFileError,),
+        CheckpointWriteError,
+        "refusing to remove {path}: it is not a regular file (a FIFO, device or socket), and "
+        "remove_checkpoint removes checkpoint files only",
     ),
     Rule("remove", (PermissionError,), CheckpointWriteError, "cannot remove {path}: access denied"),
     Rule("remove", (OSError,), CheckpointWriteError, "storage refused to remove {path}"),

@@ -13,7 +13,19 @@ Atomic local writes (CKPT-3)
     ``.{name}.tmp-{host}-{pid}-{token}``; it is flushed and ``fsync``-ed, moved over the target
     with :func:`os.replace` (atomic on POSIX and Windows within one file system), and then the
     directory is ``fsync``-ed so the rename itself survives a power cut. A failed write removes
-    its temporary file; the previous checkpoint is untouched.
+    its temporary file; the previous checkpoint is untouched. An interrupted write
+    (``KeyboardInterrupt``, ``SystemExit``) removes it too and propagates as itself.
+
+    The temporary file gets the replaced file's permission bits (and owner and group, where
+    this process may set them), so an overwrite never widens a 0600 checkpoint; a new
+    checkpoint gets what a plain ``open`` gives (``0o666 & ~umask``).
+
+Special files
+    Only a regular file (or nothing) at the target is replaced or removed. A FIFO, a
+    character or block device or a socket there is refused with ``SpecialFileError``
+    (translated to ``CheckpointWriteError``): replacing ``/dev/null`` with a checkpoint, or
+    deleting it, would break the machine. Reads check the type before opening and open with
+    ``O_NONBLOCK``, then check the opened file again, so a FIFO never blocks a load.
 
 Freeing the replaced file off the caller's thread
     Replacing a large file frees its blocks inside :func:`os.replace` (tens of milliseconds
@@ -27,11 +39,24 @@ Freeing the replaced file off the caller's thread
 
 Stale temporary files
     A writer killed mid-write cannot remove its temporary file, so every save (and remove) of a
-    target first deletes that target's *stale* temporary files: those whose writer was on this
-    host and is no longer running (its pid is gone or a zombie), and any older than
-    :data:`STALE_TEMP_AGE_S` (writers on other hosts sharing the directory, or a dead writer
-    whose pid was reused). A temporary file of a live writer, in this process or another, is
-    never deleted before that age, so concurrent writers do not break each other's saves.
+    target first deletes that target's *stale* temporary files. A writer holds an exclusive
+    advisory lock (``flock``) on its temporary file from creating it until the rename; the
+    kernel drops the lock when the writer dies, however it dies. Pids are not trusted: a
+    writer in another PID namespace (a container sharing the directory) has a pid that means
+    nothing here. A cleaner opens each candidate and tries the lock without waiting:
+
+    - the lock is held: a live writer, in this process or another, on this host or (where the
+      file system's locks reach across hosts) another: kept, whatever its age;
+    - the lock is free and the name records this host: its writer is gone: deleted, while the
+      cleaner holds the lock (so a writer that created the file but has not locked it yet
+      finds its name gone once it gets the lock, and starts again with a new name);
+    - the lock is free and the name records another host: deleted only when older than
+      :data:`STALE_TEMP_AGE_S` (that host's locks may not reach this one);
+    - locks are not supported (``ENOLCK``, ``EOPNOTSUPP``, Windows) or the file cannot be
+      opened: as before locks, deleted when its writer was on this host and its pid is gone,
+      or when older than :data:`STALE_TEMP_AGE_S`.
+
+    Only regular files are ever deleted.
 
 fsspec URLs
     Object stores (:data:`DIRECT_WRITE_PROTOCOLS`: S3, GCS, Azure, ...) are written directly:
@@ -52,6 +77,7 @@ import re
 import secrets
 import socket
 import stat
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -59,7 +85,14 @@ from typing import IO, TYPE_CHECKING, Final, TypeVar, cast
 
 from trainspec.errors import ConfigurationError
 
-from ._errors import translate
+from ._errors import (
+    FileTooLargeError,
+    SpecialFileError,
+    Stage,
+    file_kind,
+    interruption,
+    translate,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -77,6 +110,7 @@ __all__ = [
     "RemoteLocation",
     "atomic_write",
     "clean_stale_temps",
+    "memory_limit",
     "read",
     "remove",
     "resolve",
@@ -105,6 +139,18 @@ _LOCAL_PROTOCOLS: Final = ("file://", "local://")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
 _MAX_PLAIN_NAME: Final = 120
+_NAME_ATTEMPTS: Final = 8  # temporary names tried when cleaners keep taking them away
+# (st_dev, st_ino) of the temporary files this process is writing: its own cleaners leave them
+# alone without opening them. On NFS, flock is emulated with POSIX locks, which do not
+# conflict within one process and which any close() of the file by the process releases.
+_WRITING: Final[set[tuple[int, int]]] = set()
+_OPEN_SPECIAL_SAFE: Final = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
 _RELEASE_THREAD: Final = "trainspec-release-replaced"
 
 
@@ -260,13 +306,80 @@ def _pid_running(pid: int) -> bool:
         return True
 
 
-def _is_stale(suffix: str, age_s: float) -> bool:
+def _stale_by_pid(suffix: str, age_s: float) -> bool:
+    """Whether a temporary file is stale judged by its name and age (no lock available)."""
     if age_s > STALE_TEMP_AGE_S:
         return True
     match = _TEMP_SUFFIX.match(suffix)
     if match is None or match["host"] != _HOST:
         return False
     return not _pid_running(int(match["pid"]))
+
+
+def _lock(fd: int, *, wait: bool) -> bool | None:
+    """Take an exclusive ``flock`` on ``fd``: ``True`` when taken, ``False`` when another
+    open file holds it (only without ``wait``), ``None`` when locks are not supported."""
+    if sys.platform == "win32":
+        return None
+    import fcntl  # POSIX only
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:  # ENOLCK, EOPNOTSUPP, EINVAL: this file system has no flock
+        return None
+    return True
+
+
+def _same_file(path: str, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        return os.path.samestat(os.lstat(path), os.fstat(fd))
+    except FileNotFoundError:
+        return False
+
+
+def _clean_one(path: str, suffix: str, now: float) -> bool:
+    """Delete the temporary file ``path`` if it is stale (module docstring); return whether
+    it was deleted."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(info.st_mode):
+        return False  # never ours: a name that merely looks like a temporary file
+    if (info.st_dev, info.st_ino) in _WRITING:
+        return False  # this process is writing it
+    age = now - info.st_mtime
+    try:
+        fd = os.open(path, _OPEN_SPECIAL_SAFE | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return False
+    except OSError:  # e.g. another user's file: judge by name and age
+        if _stale_by_pid(suffix, age):
+            _unlink_quietly(path)
+            return True
+        return False
+    try:
+        if not os.path.samestat(info, os.fstat(fd)):
+            return False  # replaced between lstat and open: look again next time
+        locked = _lock(fd, wait=False)
+        if locked is None:
+            stale = _stale_by_pid(suffix, age)
+        elif not locked:
+            return False  # a live writer holds it
+        else:
+            match = _TEMP_SUFFIX.match(suffix)
+            stale = (match is not None and match["host"] == _HOST) or age > STALE_TEMP_AGE_S
+        if stale and _same_file(path, fd):
+            os.unlink(path)  # while holding the lock: see _create_temp
+            return True
+        return False
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def clean_stale_temps(directory: str, name: str) -> list[str]:
@@ -280,15 +393,8 @@ def clean_stale_temps(directory: str, name: str) -> list[str]:
         return removed
     now = time.time()
     for entry in entries:
-        if not entry.name.startswith(prefix):
-            continue
-        try:
-            age = now - entry.stat(follow_symlinks=False).st_mtime
-            if _is_stale(entry.name[len(prefix) :], age):
-                os.unlink(entry.path)
-                removed.append(entry.path)
-        except FileNotFoundError:
-            continue
+        if entry.name.startswith(prefix) and _clean_one(entry.path, entry.name[len(prefix) :], now):
+            removed.append(entry.path)
     return removed
 
 
@@ -403,12 +509,142 @@ def _close_quietly(fd: int) -> None:
         pass
 
 
+def _replaceable(target: str) -> os.stat_result | None:
+    """What is at ``target`` when a save may replace it: a regular file's status, or ``None``
+    for nothing (or a symbolic link that names nothing, which is replaced itself).
+
+    Raises ``IsADirectoryError`` for a directory and :class:`~._errors.SpecialFileError` for a
+    FIFO, device or socket (replacing one would destroy it).
+    """
+    try:
+        info = os.lstat(target)
+    except FileNotFoundError:
+        return None
+    kind = file_kind(info.st_mode)
+    if kind is None:
+        return info
+    if kind == "directory":
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
+    if kind == "symbolic link":
+        return None
+    raise SpecialFileError(target, kind)
+
+
+def _keep_owner_and_mode(fd: int, replaced: os.stat_result) -> None:
+    """Give the new file (open as ``fd``) the owner, group and permission bits of the file it
+    replaces, as far as this process may (best effort: some file systems have no modes)."""
+    if os.name != "posix":
+        return
+    mine = os.fstat(fd)
+    if (mine.st_uid, mine.st_gid) != (replaced.st_uid, replaced.st_gid):
+        try:
+            os.fchown(fd, replaced.st_uid, replaced.st_gid)
+        except OSError:
+            try:  # not root: the group may still be one of ours
+                os.fchown(fd, -1, replaced.st_gid)
+            except OSError:
+                pass
+    try:
+        os.fchmod(fd, stat.S_IMODE(replaced.st_mode))  # after chown, which clears set-id bits
+    except OSError:
+        pass
+
+
+@dataclass
+class _Temp:
+    """A temporary file being written; its lock (where supported) lasts until ``file`` is
+    closed, which happens after the rename. ``identity`` is its key in ``_WRITING`` until
+    :meth:`done`."""
+
+    path: str
+    file: IO[bytes]
+    identity: tuple[int, int]
+
+    def done(self) -> None:
+        _WRITING.discard(self.identity)
+
+
+def _create_temp(directory: str, name: str, replaced: os.stat_result | None) -> _Temp:
+    """Create, lock and return a new temporary file for the target ``name`` in ``directory``.
+
+    Created with ``O_EXCL`` and the mode of the file it will replace (``0o666`` for a new
+    target, narrowed by the umask), then locked. A cleaner deletes an unlocked file only while
+    holding its lock, so a file whose name is gone once the lock is ours was taken by a
+    cleaner in the instant between creating and locking it: try again with a new name.
+    """
+    mode = 0o666 if replaced is None else stat.S_IMODE(replaced.st_mode) & 0o777
+
+    def opener(path: str, flags: int) -> int:
+        return os.open(path, flags, mode)  # "x": O_CREAT | O_EXCL
+
+    for _ in range(_NAME_ATTEMPTS):
+        path = os.path.join(directory, _temp_name(name))
+        file: IO[bytes] | None = None
+        identity = (-1, -1)
+        try:
+            # Everything from the open on is inside the try: a KeyboardInterrupt raised as the
+            # open returns (a signal that arrives during a system call is handled right after
+            # it) must not leave the new file behind. Only the file object owns the
+            # descriptor, so an orphaned one closes it exactly once.
+            file = open(path, "xb", opener=opener)
+            fd = file.fileno()
+            opened = os.fstat(fd)
+            identity = (opened.st_dev, opened.st_ino)
+            _WRITING.add(identity)
+            if _lock(fd, wait=True) and not _same_file(path, fd):
+                _WRITING.discard(identity)
+                closing, file = file, None
+                closing.close()
+                continue
+            if replaced is not None:
+                _keep_owner_and_mode(fd, replaced)
+            return _Temp(path, file, identity)
+        except BaseException as exc:
+            _WRITING.discard(identity)
+            # The name is random, so it is ours unless the open itself refused to create it.
+            if file is not None or not isinstance(exc, OSError):
+                _unlink_quietly(path)
+            if file is not None:
+                _close_file_quietly(file)
+            raise
+    raise FileNotFoundError(
+        errno.ENOENT, f"{_NAME_ATTEMPTS} temporary files were deleted while being created", name
+    )
+
+
+def _open_temp(directory: str, name: str, replaced: os.stat_result | None) -> _Temp:
+    # A seam for tests that need a file whose writes fail or are interrupted.
+    return _create_temp(directory, name, replaced)
+
+
+def _finish_failed_write(
+    exc: BaseException, tracked: _TrackedWriter | None, shown: str, fmt: str
+) -> BaseException:
+    """The exception to raise for a failed write: an interruption found anywhere in the
+    chain as itself, else the remembered storage error, else ``exc`` translated."""
+    interrupted = interruption(exc)
+    if interrupted is not None:
+        return interrupted
+    if tracked is not None and tracked.error is not None:
+        error = translate(tracked.error, stage="write", path=shown, fmt=fmt)
+        error.__cause__ = tracked.error
+        return error
+    stage: Stage = "write" if isinstance(exc, OSError) else "encode"
+    error = translate(exc, stage=stage, path=shown, fmt=fmt)
+    if error is not exc:
+        error.__cause__ = exc
+    return error
+
+
 def atomic_write(location: Location, write: Callable[[IO[bytes]], None], *, fmt: str) -> None:
     """Replace the file at ``location`` with what ``write`` writes, atomically (CKPT-3).
 
     ``write`` receives a binary file object. An ``OSError`` from storage becomes
     ``CheckpointWriteError``; any other error from ``write`` is an encoding problem and becomes
-    ``TypeError``. Either way the previous file is intact and no temporary file is left.
+    ``TypeError``; an interruption (``KeyboardInterrupt``, ``SystemExit``, ... even when
+    wrapped by torch) propagates as itself. In every case the previous file is intact and no
+    temporary file is left. A FIFO, device or socket at the path is refused
+    (``CheckpointWriteError``), never replaced.
     """
     if isinstance(location, RemoteLocation):
         _remote_write(location, write, fmt=fmt)
@@ -420,41 +656,53 @@ def atomic_write(location: Location, write: Callable[[IO[bytes]], None], *, fmt:
     shown = location.display
     try:
         os.makedirs(directory, exist_ok=True)
-        if os.path.isdir(target):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
+        existing = _replaceable(target)
         clean_stale_temps(directory, name)
-        temp = os.path.join(directory, _temp_name(name))
-        raw = open(temp, "xb")  # closed below, before the rename
     except OSError as exc:
         raise translate(exc, stage="write", path=shown, fmt=fmt) from exc
-    tracked = _TrackedWriter(raw)
+    temp: _Temp | None = None
+    tracked: _TrackedWriter | None = None
     replaced: int | None = None
+    failure: BaseException | None = None
     try:
-        try:
-            write(cast("IO[bytes]", tracked))
-            raw.flush()
-            os.fsync(raw.fileno())
-        finally:
-            raw.close()
+        temp = _open_temp(directory, name, existing)
+        tracked = _TrackedWriter(temp.file)
+        write(cast("IO[bytes]", tracked))
+        temp.file.flush()
+        os.fsync(temp.file.fileno())
+        if os.name != "posix":
+            temp.file.close()  # Windows cannot rename an open file
+        _replaceable(target)  # again, just before the rename: refuse what appeared meanwhile
         replaced = _hold_replaced(target)
-        os.replace(temp, target)
+        os.replace(temp.path, target)
     except BaseException as exc:
         if replaced is not None:
             _close_quietly(replaced)  # still linked: closing frees nothing
-        _unlink_quietly(temp)
-        if tracked.error is not None:
-            raise translate(tracked.error, stage="write", path=shown, fmt=fmt) from tracked.error
-        if isinstance(exc, OSError):
-            raise translate(exc, stage="write", path=shown, fmt=fmt) from exc
-        if isinstance(exc, Exception):
-            raise translate(exc, stage="encode", path=shown, fmt=fmt) from exc
-        raise
+        if temp is not None:
+            _unlink_quietly(temp.path)  # still locked: no cleaner races this
+            _close_file_quietly(temp.file)
+            temp.done()
+        failure = _finish_failed_write(exc, tracked, shown, fmt)
+    if failure is not None:
+        # Raised outside the handler, so an interruption keeps its own context (torch's
+        # wrapping error points at it; the reverse link would make a cycle).
+        raise failure
+    assert temp is not None
+    _close_file_quietly(temp.file)  # drops the lock; the name is gone, the bytes are synced
+    temp.done()
     if replaced is not None:
         _release(replaced)
     try:
         _fsync_directory(directory)
     except OSError as exc:
         raise translate(exc, stage="write", path=shown, fmt=fmt) from exc
+
+
+def _close_file_quietly(file: IO[bytes]) -> None:
+    try:
+        file.close()
+    except Exception:  # best effort: the error being raised matters more
+        pass
 
 
 def _remote_write(
@@ -469,6 +717,9 @@ def _remote_write(
         if _remote_isdir(fs, path):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), shown)
         if not direct:
+            kind = _remote_kind(fs, path)
+            if kind is not None:
+                raise SpecialFileError(shown, kind)
             if parent:
                 fs.makedirs(parent, exist_ok=True)  # type: ignore[attr-defined]
             _clean_remote_temps(fs, parent, name)
@@ -478,10 +729,13 @@ def _remote_write(
         # Encode fully first, then one upload: a failed encode never reaches the store, and
         # the object only changes when the upload completes.
         buffer = io.BytesIO()
+        failure: BaseException | None = None
         try:
             write(buffer)
-        except Exception as exc:
-            raise translate(exc, stage="encode", path=shown, fmt=fmt) from exc
+        except BaseException as exc:
+            failure = _finish_failed_write(exc, None, shown, fmt)
+        if failure is not None:
+            raise failure
         try:
             fs.pipe_file(path, buffer.getvalue())  # type: ignore[attr-defined]
         except OSError as exc:
@@ -489,6 +743,7 @@ def _remote_write(
         return
     temp = f"{parent}/{_temp_name(name)}" if parent else _temp_name(name)
     tracked: _TrackedWriter | None = None
+    failure = None
     try:
         with fs.open(temp, "wb") as raw:  # type: ignore[attr-defined]
             tracked = _TrackedWriter(raw)
@@ -496,13 +751,9 @@ def _remote_write(
         fs.mv(temp, path)  # type: ignore[attr-defined]
     except BaseException as exc:
         _remote_rm_quietly(fs, temp)
-        if tracked is not None and tracked.error is not None:
-            raise translate(tracked.error, stage="write", path=shown, fmt=fmt) from tracked.error
-        if isinstance(exc, OSError):
-            raise translate(exc, stage="write", path=shown, fmt=fmt) from exc
-        if isinstance(exc, Exception):
-            raise translate(exc, stage="encode", path=shown, fmt=fmt) from exc
-        raise
+        failure = _finish_failed_write(exc, tracked, shown, fmt)
+    if failure is not None:
+        raise failure
 
 
 def _remote_isdir(fs: object, path: str) -> bool:
@@ -539,32 +790,152 @@ def _clean_remote_temps(fs: object, parent: str, name: str) -> None:
 # --- reading and removing --------------------------------------------------------------------
 
 
-def read(location: Location, decode: Callable[[IO[bytes]], _T], *, fmt: str) -> _T:
+def memory_limit() -> int | None:
+    """The bytes of memory this process can have at most (physical memory, or a smaller
+    cgroup limit), or ``None`` where that cannot be told."""
+    limit: int | None = None
+    try:
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max", "rb") as f:
+            text = f.read().strip()
+        if text.isdigit():
+            limit = int(text) if limit is None else min(limit, int(text))
+    except OSError:
+        pass
+    return limit if limit is not None and limit > 0 else None
+
+
+def _check_fits(size: int, shown: str) -> None:
+    limit = memory_limit()
+    if limit is not None and size > limit:
+        raise FileTooLargeError(
+            f"{shown} holds {size} bytes, more than this machine's memory ({limit} bytes)"
+        )
+
+
+def _check_regular(info: os.stat_result, path: str) -> None:
+    kind = file_kind(info.st_mode)
+    if kind == "directory":
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    if kind is not None:
+        raise SpecialFileError(path, kind)
+
+
+def _open_local(path: str) -> IO[bytes]:
+    """Open the regular file ``path`` for reading; never opens, or blocks on, anything else.
+
+    The type is checked before opening (a device is not even opened), the open is
+    non-blocking (a FIFO swapped in meanwhile does not wait for a writer) and the opened file
+    is checked again.
+    """
+    _check_regular(os.stat(path), path)
+    fd = os.open(path, _OPEN_SPECIAL_SAFE)
+    try:
+        _check_regular(os.fstat(fd), path)
+        if hasattr(os, "O_NONBLOCK"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _remote_kind(fs: object, path: str) -> str | None:
+    """What a non-object-store fsspec path names when it is neither a file nor a directory
+    (fsspec's local file system says ``"other"`` for FIFOs and devices), else ``None``."""
+    try:
+        info = fs.info(path)  # type: ignore[attr-defined]
+    except (FileNotFoundError, NotImplementedError):
+        return None
+    kind = info.get("type") if isinstance(info, dict) else None
+    if kind in (None, "file", "directory"):
+        return None
+    mode = info.get("mode")
+    named = file_kind(mode) if isinstance(mode, int) else None
+    return named or str(kind)
+
+
+def _remote_size(fs: object, path: str) -> int | None:
+    try:
+        size = fs.size(path)  # type: ignore[attr-defined]
+    except (NotImplementedError, AttributeError):
+        return None
+    return size if isinstance(size, int) else None
+
+
+def _open_for_read(location: Location, *, whole: bool) -> IO[bytes]:
+    shown = location.display
+    if isinstance(location, LocalLocation):
+        source = _open_local(location.path)
+        try:
+            if whole:
+                _check_fits(os.fstat(source.fileno()).st_size, shown)
+        except BaseException:
+            source.close()
+            raise
+        return source
+    fs = location.fs
+    if _remote_isdir(fs, location.path):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), shown)
+    if location.protocol not in DIRECT_WRITE_PROTOCOLS:
+        kind = _remote_kind(fs, location.path)
+        if kind is not None:
+            raise SpecialFileError(shown, kind)
+    size = _remote_size(fs, location.path)
+    if size is not None:
+        _check_fits(size, shown)
+    with fs.open(location.path, "rb") as remote:  # type: ignore[attr-defined]
+        return io.BytesIO(remote.read())
+
+
+def _decode_failure(exc: BaseException, shown: str, fmt: str) -> BaseException:
+    """The exception to raise for ``exc`` met while decoding: an interruption as itself,
+    anything else translated (a ``MemoryError`` included: it becomes ``CheckpointError``)."""
+    interrupted = interruption(exc)
+    if interrupted is not None or not isinstance(exc, Exception):
+        return interrupted or exc
+    error = translate(exc, stage="decode", path=shown, fmt=fmt)
+    if error is not exc:
+        error.__cause__ = exc
+    return error
+
+
+def read(
+    location: Location,
+    decode: Callable[[IO[bytes]], _T],
+    *,
+    fmt: str,
+    whole: bool = False,
+) -> _T:
     """Open ``location`` and return ``decode(file)``.
 
-    Errors while opening are storage errors (``CheckpointNotFoundError``, ...); any error from
-    ``decode`` means the bytes are not a valid checkpoint (``CheckpointCorruptedError``, or
-    ``UnsafeCheckpointError`` for :class:`~._errors.UnsafeContentError`).
+    Errors while opening are storage errors (``CheckpointNotFoundError``, ...); a directory,
+    FIFO, device or socket is not a checkpoint (``CheckpointCorruptedError``) and is never
+    read. Any error from ``decode`` means the bytes are not a valid checkpoint
+    (``CheckpointCorruptedError``, or ``UnsafeCheckpointError`` for
+    :class:`~._errors.UnsafeContentError`), except a ``MemoryError`` (``CheckpointError``: it
+    does not fit) and an interruption (``KeyboardInterrupt``, ..., propagated as itself).
+    ``whole`` says ``decode`` reads the whole file into memory: a file larger than memory is
+    then refused before reading. Remote files are always read whole.
     """
     shown = location.display
     try:
-        if isinstance(location, RemoteLocation):
-            fs = location.fs
-            if _remote_isdir(fs, location.path):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), shown)
-            with fs.open(location.path, "rb") as remote:  # type: ignore[attr-defined]
-                source: IO[bytes] = io.BytesIO(remote.read())
-        else:
-            source = open(location.path, "rb")  # closed below
+        source = _open_for_read(location, whole=whole)
+    except FileTooLargeError as exc:
+        raise translate(exc, stage="decode", path=shown, fmt=fmt) from exc
     except OSError as exc:
         raise translate(exc, stage="read", path=shown, fmt=fmt) from exc
+    failure: BaseException | None = None
     with source:
         try:
             return decode(source)
-        except MemoryError:
-            raise
-        except Exception as exc:
-            raise translate(exc, stage="decode", path=shown, fmt=fmt) from exc
+        except BaseException as exc:
+            failure = _decode_failure(exc, shown, fmt)
+    # Raised outside the handler, so an interruption keeps its own context.
+    raise failure
 
 
 def remove(location: Location, *, fmt: str) -> None:
@@ -575,6 +946,10 @@ def remove(location: Location, *, fmt: str) -> None:
             fs = location.fs
             if _remote_isdir(fs, location.path):
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), shown)
+            if location.protocol not in DIRECT_WRITE_PROTOCOLS:
+                kind = _remote_kind(fs, location.path)
+                if kind is not None:
+                    raise SpecialFileError(shown, kind)
             try:
                 fs.rm_file(location.path)  # type: ignore[attr-defined]
             except FileNotFoundError:
@@ -582,9 +957,18 @@ def remove(location: Location, *, fmt: str) -> None:
             return
         target = location.path
         try:
-            os.unlink(target)
+            kind = file_kind(os.lstat(target).st_mode)
         except (FileNotFoundError, NotADirectoryError):
-            pass
+            kind = "missing"
+        if kind == "directory":
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
+        if kind not in (None, "missing", "symbolic link"):  # the link itself goes, not its file
+            raise SpecialFileError(target, kind)
+        if kind != "missing":
+            try:
+                os.unlink(target)
+            except (FileNotFoundError, NotADirectoryError):
+                pass
         directory, name = os.path.split(os.path.abspath(target))
         clean_stale_temps(directory, name)
     except OSError as exc:

@@ -3,7 +3,8 @@
 Lifecycle::
 
     1) save_checkpoint(ckpt, path)  -- (caller) waits while ``max_pending`` saves are pending,
-                                       snapshots ``ckpt`` (tensor storages copied), queues it
+                                       snapshots ``ckpt`` (tensor storages copied) and ``path``
+                                       (a relative path made absolute), queues it
     2) (worker thread)              -- inner.save_checkpoint(snapshot, path), in call order
     3) load / remove of a path      -- (caller) waits for that path's pending saves first
     4) wait()                       -- (caller) waits for all pending saves
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import sys
 import threading
 import weakref
-from collections import Counter, deque
-from typing import TYPE_CHECKING
+from collections import deque
+from typing import TYPE_CHECKING, ClassVar, Final
 
 from trainspec.checkpoint_io import AsyncCheckpointIO, CheckpointIO
 
@@ -47,6 +49,8 @@ _KEEPS_NO_REFERENCES: tuple[type[CheckpointIO], ...] = (
     MemoryCheckpointIO,
 )
 _LIVE: weakref.WeakSet[BackgroundCheckpointIO] = weakref.WeakSet()
+_LOCAL_URL_PREFIXES: Final = ("file://", "local://")
+_URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
 @atexit.register
@@ -61,21 +65,19 @@ def _finish_pending_saves() -> None:
 
 
 class _Job:
-    __slots__ = ("checkpoint", "key", "path", "storage_options", "storages")
+    """One save: ``counted`` once it is in the pending counts, ``finished`` once the worker
+    has written it and taken it out of them again."""
 
-    def __init__(
-        self,
-        checkpoint: Checkpoint,
-        storages: list[torch.UntypedStorage],
-        path: PathLike,
-        key: str,
-        options: StorageOptions,
-    ) -> None:
-        self.checkpoint = checkpoint
-        self.storages = storages
+    __slots__ = ("checkpoint", "counted", "finished", "key", "path", "storage_options", "storages")
+
+    def __init__(self, path: PathLike, key: str) -> None:
+        self.checkpoint: Checkpoint = {}
+        self.storages: list[torch.UntypedStorage] = []
         self.path = path
         self.key = key
-        self.storage_options = options
+        self.storage_options: StorageOptions = None
+        self.counted = False
+        self.finished = False
 
 
 class BackgroundCheckpointIO(AsyncCheckpointIO):
@@ -108,6 +110,15 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
     finished by an ``atexit`` hook, but call :meth:`teardown` to see their errors.
     """
 
+    conformance_capabilities: ClassVar[frozenset[str]] = frozenset(
+        {"local_paths", "python_objects", "strided_tensors", "shared_storage", "pickle"}
+    )
+    """What the conformance kit verifies beyond the protocol (``trainspec verify`` reads it)."""
+    conformance_options: ClassVar[dict[str, object]] = {
+        "trusted_factory": "trainspec.conformance.builtin_targets:trusted_background_io"
+    }
+    """Options of its conformance run (``trainspec verify`` reads them)."""
+
     def __init__(
         self,
         inner: CheckpointIO | None = None,
@@ -124,7 +135,7 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
         self._pool = BufferPool(max_pending) if reuse_buffers else None
         self._cond = threading.Condition()
         self._queue: deque[_Job] = deque()
-        self._pending_by_key: Counter[str] = Counter()
+        self._pending_by_key: dict[str, int] = {}
         self._pending = 0  # queued plus the one being written
         self._errors: list[BaseException] = []
         self._worker: threading.Thread | None = None
@@ -137,6 +148,28 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._inner!r}, max_pending={self._max_pending})"
+
+    def _at_call_time(self, path: PathLike) -> PathLike:
+        """``path`` as the inner IO must see it: a relative local path joined to the working
+        directory *now*, so that a ``chdir`` before the worker writes changes nothing
+        (ACKPT-1). URLs, absolute paths and the keys of a :class:`MemoryCheckpointIO` (not
+        files) are passed unchanged; a path of the wrong type is left for the inner IO to
+        refuse. Loads and removes use the same spelling, so a key-value inner IO sees one
+        key per checkpoint."""
+        if isinstance(self._inner, MemoryCheckpointIO):
+            return path
+        if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+            return path
+        text = os.fspath(path)
+        if not isinstance(text, str) or "::" in text:
+            return path
+        for prefix in _LOCAL_URL_PREFIXES:
+            if text.startswith(prefix):
+                rest = text[len(prefix) :]
+                return path if os.path.isabs(rest) else prefix + os.path.join(os.getcwd(), rest)
+        if _URL.match(text) or os.path.isabs(text):
+            return path
+        return os.path.join(os.getcwd(), text)  # not normalised: "link/.." keeps its meaning
 
     @staticmethod
     def _key(path: PathLike) -> str:
@@ -165,6 +198,19 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
             raise error
 
     # --- worker -----------------------------------------------------------------------------
+
+    def _release_leaked_lock(self) -> None:
+        """Release what this thread still holds of the lock outside any ``with`` block.
+
+        CPython can raise ``KeyboardInterrupt`` (any signal handler's exception) just after a
+        ``with self._cond:`` acquired the lock and before its body is protected, or as its
+        ``__exit__`` is called: the thread then owns the (reentrant) lock with nobody left to
+        release it, and a worker woken by ``teardown`` could never take it back and return.
+        Called only where this thread holds no lock legitimately (before joining the worker).
+        """
+        owned = getattr(self._cond, "_is_owned", None)  # threading.Condition's own helper
+        while callable(owned) and owned():
+            self._cond.release()
 
     def _ensure_worker_locked(self) -> None:
         if self._worker is None or not self._worker.is_alive():
@@ -196,10 +242,8 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
                 elif self._pool is not None:
                     self._pool.give(job.storages)
                 job.storages = []
-                self._pending -= 1
-                self._pending_by_key[job.key] -= 1
-                if self._pending_by_key[job.key] <= 0:
-                    del self._pending_by_key[job.key]
+                self._uncount_locked(job)
+                job.finished = True
                 self._cond.notify_all()
 
     # --- protocol ---------------------------------------------------------------------------
@@ -213,36 +257,59 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
         """Snapshot ``checkpoint`` and queue its save; returns before it is written.
 
         Mutating ``checkpoint`` or its tensors afterwards **must not** change what is
-        written (ACKPT-1). Raises a pending background error instead of saving (ACKPT-2).
+        written, nor may changing the working directory change where (a relative ``path``
+        is resolved now; ACKPT-1). Raises a pending background error instead of saving
+        (ACKPT-2).
         """
         check_checkpoint(checkpoint, type(self).__name__)
-        key = self._key(path)
-        with self._cond:
-            self._raise_pending_error_locked()
-            while self._pending >= self._max_pending:
-                self._cond.wait()
-            self._raise_pending_error_locked()
-            # Counted before the snapshot so that a concurrent load of this path waits for it.
-            self._pending += 1
-            self._pending_by_key[key] += 1
+        path = self._at_call_time(path)
+        job = _Job(path, self._key(path))
         try:
             with self._cond:
+                self._raise_pending_error_locked()
+                while self._pending >= self._max_pending:
+                    self._cond.wait()
+                self._raise_pending_error_locked()
+                # Counted before the snapshot so that a concurrent load of this path waits.
+                self._count_locked(job)
                 # Take every free buffer for this snapshot; the copying runs unlocked.
                 reserved = self._pool.drain() if self._pool is not None else None
-            copied, storages = snapshot(checkpoint, reserved)
-            options = dict(storage_options) if storage_options is not None else None
-        except BaseException:
+            job.checkpoint, job.storages = snapshot(checkpoint, reserved)
+            if storage_options is not None:
+                job.storage_options = dict(storage_options)
             with self._cond:
-                self._pending -= 1
-                self._pending_by_key[key] -= 1
-                if self._pending_by_key[key] <= 0:
-                    del self._pending_by_key[key]
+                self._queue.append(job)
+                self._ensure_worker_locked()
+                self._cond.notify_all()
+        except BaseException:
+            # Any exception, a KeyboardInterrupt at any point above included: a queued job
+            # gets written; otherwise the counts are as if this call never happened (a
+            # leaked count would make wait() and teardown() -- and the exit hook -- hang).
+            with self._cond:
+                if not job.finished:
+                    if any(queued is job for queued in self._queue):
+                        self._ensure_worker_locked()
+                    elif job.counted:
+                        self._uncount_locked(job)
                 self._cond.notify_all()
             raise
-        with self._cond:
-            self._queue.append(_Job(copied, storages, path, key, options))
-            self._ensure_worker_locked()
-            self._cond.notify_all()
+
+    def _count_locked(self, job: _Job) -> None:
+        count = self._pending_by_key.get(job.key, 0) + 1  # an interrupt here changes nothing
+        # No call between these stores: CPython runs signal handlers (KeyboardInterrupt) only
+        # at calls and loop jumps, so none can fall between them and leave a half count.
+        self._pending += 1
+        self._pending_by_key[job.key] = count
+        job.counted = True
+
+    def _uncount_locked(self, job: _Job) -> None:
+        left = self._pending_by_key.get(job.key, 0) - 1
+        self._pending -= 1
+        if left > 0:
+            self._pending_by_key[job.key] = left
+        else:
+            self._pending_by_key.pop(job.key, None)
+        job.counted = False
 
     def _wait_for_key(self, key: str) -> None:
         with self._cond:
@@ -253,12 +320,14 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
     def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
         """Wait for pending saves of ``path`` (ACKPT-3), raise a pending background error if
         any (ACKPT-2), then load through the inner IO."""
+        path = self._at_call_time(path)
         self._wait_for_key(self._key(path))
         return self._inner.load_checkpoint(path, map_location)
 
     def remove_checkpoint(self, path: PathLike) -> None:
         """Wait for pending saves of ``path`` (ACKPT-3), raise a pending background error if
         any, then remove through the inner IO (idempotent, CKPT-11)."""
+        path = self._at_call_time(path)
         self._wait_for_key(self._key(path))
         self._inner.remove_checkpoint(path)
 
@@ -283,6 +352,7 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
                 self._pool.clear()
             self._cond.notify_all()
         if worker is not None and worker is not threading.current_thread():
+            self._release_leaked_lock()
             worker.join()
         try:
             self._inner.teardown()

@@ -11,12 +11,12 @@ import errno
 import io
 import os
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from trainspec.checkpoint_io import CheckpointIO
 
 from ._checks import check_checkpoint, check_map_location
-from ._errors import translate
+from ._errors import interruption, translate
 from .torch_io import FORMAT, decode_torch, encode_torch
 
 if TYPE_CHECKING:
@@ -50,6 +50,11 @@ class MemoryCheckpointIO(CheckpointIO):
     Thread-safety: every method **may** be called from several threads; one lock guards the
     store (encoding and decoding run outside it).
     """
+
+    conformance_capabilities: ClassVar[frozenset[str]] = frozenset(
+        {"python_objects", "strided_tensors", "shared_storage", "pickle"}
+    )
+    """What the conformance kit verifies beyond the protocol (``trainspec verify`` reads it)."""
 
     def __init__(
         self,
@@ -107,6 +112,9 @@ class MemoryCheckpointIO(CheckpointIO):
         try:
             encode_torch(checkpoint, buffer)
         except Exception as exc:
+            interrupted = interruption(exc)  # e.g. a KeyboardInterrupt torch wrapped
+            if interrupted is not None:
+                raise interrupted from None
             raise translate(exc, stage="encode", path=key, fmt=FORMAT) from exc
         data = buffer.getvalue()
         with self._lock:
@@ -132,9 +140,10 @@ class MemoryCheckpointIO(CheckpointIO):
             raise translate(missing, stage="read", path=key, fmt=FORMAT) from missing
         try:
             return decode_torch(io.BytesIO(data), map_location, weights_only=self._weights_only)
-        except MemoryError:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # a MemoryError included: CheckpointError, it does not fit
+            interrupted = interruption(exc)
+            if interrupted is not None:
+                raise interrupted from None
             raise translate(exc, stage="decode", path=key, fmt=FORMAT) from exc
 
     def remove_checkpoint(self, path: PathLike) -> None:

@@ -7,7 +7,7 @@ safetensors never executes code on load, so CKPT-8 holds by construction. It sto
 from __future__ import annotations
 
 import json
-from typing import IO, TYPE_CHECKING, Final
+from typing import IO, TYPE_CHECKING, ClassVar, Final
 
 import torch
 
@@ -16,6 +16,7 @@ from trainspec.errors import ConfigurationError
 
 from . import _storage
 from ._checks import apply_map_location, check_checkpoint, check_map_location
+from ._errors import interruption
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -137,6 +138,11 @@ class SafetensorsCheckpointIO(CheckpointIO):
     installed. Thread-safety: stateless; any method **may** be called from several threads.
     """
 
+    conformance_capabilities: ClassVar[frozenset[str]] = frozenset({"local_paths"})
+    """What the conformance kit verifies beyond the protocol (``trainspec verify`` reads it)."""
+    conformance_options: ClassVar[dict[str, object]] = {"dtypes": SUPPORTED_DTYPES}
+    """Options of its conformance run (``trainspec verify`` reads them)."""
+
     def __init__(self, *, storage_options: Mapping[str, object] | None = None) -> None:
         self._st = _import_safetensors()
         self._storage_options: dict[str, object] = dict(storage_options or {})
@@ -160,6 +166,9 @@ class SafetensorsCheckpointIO(CheckpointIO):
         try:
             data: bytes = self._st.save(tensors, metadata={_ORDER_KEY: json.dumps(list(tensors))})
         except Exception as exc:  # e.g. a dtype this safetensors version lacks
+            interrupted = interruption(exc)
+            if interrupted is not None:
+                raise interrupted from None
             raise TypeError(
                 f"safetensors cannot encode the checkpoint for {location.display}: {exc!r}"
             ) from exc
@@ -182,7 +191,7 @@ class SafetensorsCheckpointIO(CheckpointIO):
             order = [k for k in _saved_order(data) if k in loaded] or sorted(loaded)
             return {k: apply_map_location(loaded[k], map_location) for k in order}
 
-        return _storage.read(location, decode, fmt=FORMAT)
+        return _storage.read(location, decode, fmt=FORMAT, whole=True)
 
     def remove_checkpoint(self, path: PathLike) -> None:
         """Delete ``path``; a missing path is fine, a directory is refused (CKPT-11)."""

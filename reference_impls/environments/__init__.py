@@ -1,29 +1,41 @@
-"""Reference cluster environments: where the ranks of a run come from.
+"""Deprecated: use :mod:`trainspec.reference.cluster_environments`.
 
-- :class:`LocalEnvironment`: this machine, with ranks started by a trainspec launcher;
-- :class:`TorchElasticEnvironment`: ranks started by ``torchrun``;
-- :class:`SLURMEnvironment`: ranks started by ``srun``;
-- :class:`XLAEnvironment`: ranks started by ``torch_xla``'s ``xmp.spawn`` (used by the XLA
-  strategy; not part of detection);
-- :func:`detect_environment`: the first of them that detects, in :data:`DETECTION_ORDER`.
-
-None of them imports torch.
+The environment concept has one name everywhere: the protocol :class:`trainspec.
+ClusterEnvironment`, the kind ``cluster_environment``, the checks
+``trainspec.conformance.checks.cluster_environment``, the reference package
+``trainspec.reference.cluster_environments`` and the entry-point group
+``trainspec.cluster_environments``. This package was the reference package's old name.
+Importing it (or any of its submodules, ``trainspec.reference.environments.local`` and so on)
+emits a :class:`DeprecationWarning` and gives the very same modules and objects; it will be
+removed in a future release.
 """
 
 from __future__ import annotations
 
-from trainspec.reference.environments.detection import DETECTION_ORDER, detect_environment
-from trainspec.reference.environments.local import LocalEnvironment
-from trainspec.reference.environments.slurm import SLURMEnvironment, first_host
-from trainspec.reference.environments.torchelastic import TorchElasticEnvironment
-from trainspec.reference.environments.xla import XLAEnvironment
+import sys
+import warnings
 
-__all__ = [
-    "DETECTION_ORDER",
-    "LocalEnvironment",
-    "SLURMEnvironment",
-    "TorchElasticEnvironment",
-    "XLAEnvironment",
-    "detect_environment",
-    "first_host",
-]
+from trainspec.reference import cluster_environments as _canonical
+from trainspec.reference.cluster_environments import *  # noqa: F403 (the whole public API)
+from trainspec.reference.cluster_environments import __all__ as __all__
+from trainspec.reference.cluster_environments import (
+    _variables,
+    detection,
+    local,
+    slurm,
+    torchelastic,
+    xla,
+)
+
+# The old submodule names are the canonical modules themselves (not copies): an import of
+# ``trainspec.reference.environments.local`` finds it here after this package ran.
+for _module in (_variables, detection, local, slurm, torchelastic, xla):
+    sys.modules[f"{__name__}.{_module.__name__.rpartition('.')[2]}"] = _module
+del _module, _canonical
+
+warnings.warn(
+    "trainspec.reference.environments is deprecated; import from "
+    "trainspec.reference.cluster_environments instead (same names, same objects)",
+    DeprecationWarning,
+    stacklevel=2,
+)

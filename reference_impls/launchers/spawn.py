@@ -26,7 +26,7 @@ from typing_extensions import ParamSpec
 
 from trainspec.errors import ConfigurationError, LaunchError
 from trainspec.launcher import Launcher
-from trainspec.reference.environments.local import LocalEnvironment
+from trainspec.reference.cluster_environments.local import LocalEnvironment
 from trainspec.reference.launchers._supervision import (
     DEFAULT_GRACE_PERIOD,
     ProcessRank,
@@ -65,8 +65,9 @@ class MultiprocessingLauncher(Launcher):
     and return rank 0's result (LAUNCH-1 ... LAUNCH-4).
 
     Each rank gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``NODE_RANK``, ``MASTER_ADDR``
-    and ``MASTER_PORT`` (read by :class:`~trainspec.reference.environments.LocalEnvironment`)
-    before the function is unpickled; on POSIX it leads its own process group. The function
+    and ``MASTER_PORT`` (read by
+    :class:`~trainspec.reference.cluster_environments.LocalEnvironment`) before the function
+    is unpickled; on POSIX it leads its own process group. The function
     and its arguments are pickled once, in this process, before anything starts: an
     unpicklable one raises :class:`~trainspec.ConfigurationError` and starts nothing.
 

@@ -2,7 +2,7 @@
 
 Rank 0 is the process that calls :meth:`~SubprocessScriptLauncher.launch`; it starts the
 other ranks as new processes of the same command line (``python script.py args`` or
-``python -m module args``), each described to :class:`~trainspec.reference.environments.
+``python -m module args``), each described to :class:`~trainspec.reference.cluster_environments.
 LocalEnvironment` by ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``NODE_RANK``, ``MASTER_ADDR``
 and ``MASTER_PORT``, then runs the function itself. In a started rank the script reaches the
 same ``launch`` call, which then runs the function directly.
@@ -28,7 +28,7 @@ from typing_extensions import ParamSpec
 
 from trainspec.errors import ConfigurationError, LaunchError
 from trainspec.launcher import Launcher
-from trainspec.reference.environments.local import LocalEnvironment
+from trainspec.reference.cluster_environments.local import LocalEnvironment
 from trainspec.reference.launchers._supervision import (
     DEFAULT_GRACE_PERIOD,
     PopenRank,

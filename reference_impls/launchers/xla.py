@@ -18,7 +18,7 @@ from typing_extensions import ParamSpec
 
 from trainspec.errors import ConfigurationError, LaunchError
 from trainspec.launcher import Launcher
-from trainspec.reference.environments._variables import find_free_port
+from trainspec.reference.cluster_environments._variables import find_free_port
 from trainspec.reference.launchers._supervision import check_num_processes
 
 if TYPE_CHECKING:

@@ -6,16 +6,15 @@ validation per call, no copies of tensors that already have the target dtype.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, TypeVar, cast
 
 import torch
 
-from trainspec.errors import ConfigurationError
+from trainspec.reference._containers import map_tensors
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import TracebackType
 
 __all__ = ["DefaultDtype", "cast_floating_tensors", "cast_module"]
@@ -74,42 +73,31 @@ def cast_module(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
 def cast_floating_tensors(data: _T, dtype: torch.dtype) -> _T:
     """``data`` with every floating-point tensor cast to ``dtype`` (PREC-4).
 
-    Lists, tuples, named tuples and mappings (``dict``, ``OrderedDict``, ``defaultdict``, and
-    any mapping type constructible from a dict) are rebuilt with the same type and keys;
-    every other value, and every tensor already of ``dtype``, is returned as it is.
+    Lists, tuples, named tuples, mappings (``dict``, ``OrderedDict``, ``defaultdict``, and
+    any mapping type constructible from a dict) and dataclass instances are rebuilt with the
+    same type and keys, by the walker ``batch_to_device`` uses too
+    (:func:`~trainspec.reference._containers.map_tensors`); every other value, and every
+    tensor already of ``dtype``, is returned as it is.
 
     Raises:
-        ConfigurationError: a mapping type that cannot be rebuilt from a dict.
+        ConfigurationError: a mapping or dataclass type that cannot be rebuilt.
     """
-    return cast("_T", _cast(data, dtype))
+    caster = _CASTERS.get(dtype)
+    if caster is None:
+        caster = _CASTERS[dtype] = _cast_tensor(dtype)
+    if type(data) is torch.Tensor:  # the most common input, without the walk
+        return cast("_T", caster(cast("torch.Tensor", data)))
+    return cast("_T", map_tensors(data, caster, "convert_input"))
 
 
-def _cast(data: object, dtype: torch.dtype) -> object:
-    if isinstance(data, torch.Tensor):
-        return data.to(dtype) if data.is_floating_point() and data.dtype != dtype else data
-    if isinstance(data, list):
-        items = [_cast(item, dtype) for item in data]
-        return items if type(data) is list else type(data)(items)
-    if isinstance(data, tuple):
-        items = [_cast(item, dtype) for item in data]
-        if type(data) is tuple:
-            return tuple(items)
-        rebuild = cast("Callable[..., object]", type(data))
-        if hasattr(data, "_fields"):  # a named tuple takes its fields positionally
-            return rebuild(*items)
-        return rebuild(items)
-    if isinstance(data, Mapping):
-        pairs = {key: _cast(value, dtype) for key, value in data.items()}
-        if type(data) is dict:
-            return pairs
-        if isinstance(data, defaultdict):
-            return type(data)(data.default_factory, pairs)
-        rebuild_mapping = cast("Callable[..., object]", type(data))
-        try:
-            return rebuild_mapping(pairs)
-        except TypeError as error:
-            raise ConfigurationError(
-                f"convert_input cannot rebuild a {type(data).__name__} from a dict ({error}); "
-                "pass dicts, lists, tuples, named tuples or mappings constructible from a dict"
-            ) from error
-    return data
+_CASTERS: dict[torch.dtype, Callable[[torch.Tensor], torch.Tensor]] = {}
+"""One cast function per dtype, made once (the walk is on every step's path)."""
+
+
+def _cast_tensor(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+    def cast_one(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.is_floating_point() and tensor.dtype != dtype:
+            return tensor.to(dtype)
+        return tensor
+
+    return cast_one

@@ -11,7 +11,7 @@ BFloat16MixedPrecision   ``bf16-mixed``  bfloat16, no scaling (bfloat16 has floa
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
 import torch
 
@@ -182,12 +182,18 @@ class _Autocast(AbstractContextManager[None]):
 class Float16MixedPrecision(MixedPrecision):
     """``"16-mixed"``: float32 parameters, float16 autocast, dynamic loss scaling."""
 
+    conformance_capabilities: ClassVar[frozenset[str]] = frozenset({"autocast", "gradient_scaling"})
+    """What the conformance kit verifies beyond the protocol (``trainspec verify`` reads it)."""
+
     def __init__(self) -> None:
         super().__init__("16-mixed")
 
 
 class BFloat16MixedPrecision(MixedPrecision):
     """``"bf16-mixed"``: float32 parameters, bfloat16 autocast."""
+
+    conformance_capabilities: ClassVar[frozenset[str]] = frozenset({"autocast"})
+    """What the conformance kit verifies beyond the protocol (``trainspec verify`` reads it)."""
 
     def __init__(self) -> None:
         super().__init__("bf16-mixed")

@@ -1,5 +1,5 @@
 """Reference strategies: the shared :class:`StrategyBase`, :class:`SingleDeviceStrategy`,
-:class:`DDPStrategy`.
+:class:`DDPStrategy`, :class:`FSDPStrategy`.
 
 Names are loaded on first access, so importing this package stays cheap.
 """
@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from trainspec.reference.strategies.base import LifecycleState, StrategyBase
     from trainspec.reference.strategies.ddp import DDPStrategy
+    from trainspec.reference.strategies.fsdp import FSDPStrategy
     from trainspec.reference.strategies.single_device import SingleDeviceStrategy
 
-__all__ = ["DDPStrategy", "LifecycleState", "SingleDeviceStrategy", "StrategyBase"]
+__all__ = ["DDPStrategy", "FSDPStrategy", "LifecycleState", "SingleDeviceStrategy", "StrategyBase"]
 
 _EXPORTS: Final = {
     "DDPStrategy": "trainspec.reference.strategies.ddp",
+    "FSDPStrategy": "trainspec.reference.strategies.fsdp",
     "LifecycleState": "trainspec.reference.strategies.base",
     "SingleDeviceStrategy": "trainspec.reference.strategies.single_device",
     "StrategyBase": "trainspec.reference.strategies.base",

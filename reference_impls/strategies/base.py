@@ -8,7 +8,6 @@ docstring; everything else is final in spirit (override only with a ``super()`` 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
@@ -26,6 +25,7 @@ from trainspec.errors import (
 )
 from trainspec.launcher import Launcher
 from trainspec.precision import Precision
+from trainspec.reference._containers import map_tensors
 from trainspec.reference._messages import describe_value
 from trainspec.strategy import Strategy
 
@@ -188,7 +188,7 @@ class StrategyBase(Strategy):
 
     def default_cluster_environment(self) -> ClusterEnvironment:
         """The cluster environment used when the constructor gets ``None``: the local one."""
-        from trainspec.reference.environments.local import LocalEnvironment
+        from trainspec.reference.cluster_environments.local import LocalEnvironment
 
         return LocalEnvironment()
 
@@ -659,43 +659,17 @@ def _checked_devices(devices: object, device_type: str, owner: str) -> list[torc
 
 
 def _move(obj: object, device: torch.device, non_blocking: bool) -> object:
-    """``obj`` with every tensor moved to ``device``, in the same structure."""
-    # Exact-type checks first: they are the common batch shapes and the cheapest tests.
-    kind = type(obj)
-    if kind is torch.Tensor or isinstance(obj, torch.Tensor):
-        tensor = cast("torch.Tensor", obj)
-        if tensor.device == device:  # cheaper than a no-op .to()
+    """``obj`` with every tensor moved to ``device``, in the same structure (the shared
+    walker :func:`~trainspec.reference._containers.map_tensors`)."""
+
+    if type(obj) is torch.Tensor:  # the most common batch, without the walk
+        if obj.device == device:  # cheaper than a no-op .to()
+            return obj
+        return obj.to(device, non_blocking=non_blocking)
+
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device == device:
             return tensor
         return tensor.to(device, non_blocking=non_blocking)
-    if kind is tuple:
-        return tuple([_move(item, device, non_blocking) for item in cast("tuple[object]", obj)])
-    if kind is list:
-        return [_move(item, device, non_blocking) for item in cast("list[object]", obj)]
-    if kind is dict:
-        return {
-            key: _move(value, device, non_blocking)
-            for key, value in cast("dict[object, object]", obj).items()
-        }
-    if isinstance(obj, (str, bytes, int, float, type(None))):
-        return obj
-    if isinstance(obj, tuple):
-        items = tuple([_move(item, device, non_blocking) for item in obj])
-        constructor = cast("Callable[..., object]", kind)
-        if hasattr(obj, "_fields"):  # a named tuple
-            return constructor(*items)
-        return constructor(items)
-    if isinstance(obj, list):
-        return cast("Callable[..., object]", kind)([_move(x, device, non_blocking) for x in obj])
-    if isinstance(obj, dict):
-        result = obj.copy()  # keeps the dict subclass and e.g. a defaultdict's factory
-        for key, value in obj.items():
-            result[key] = _move(value, device, non_blocking)
-        return result
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {
-            field.name: _move(getattr(obj, field.name), device, non_blocking)
-            for field in dataclasses.fields(obj)
-            if field.init
-        }
-        return dataclasses.replace(obj, **changes)
-    return obj
+
+    return map_tensors(obj, move, "batch_to_device")

@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Sized
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
-from typing import TYPE_CHECKING, Final, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, ClassVar, Final, Literal, TypeVar, get_args
 
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import (
@@ -42,8 +42,8 @@ from torch.utils.data.distributed import DistributedSampler
 from trainspec.capabilities import BackwardSyncControl
 from trainspec.errors import ConfigurationError, UnsupportedError
 from trainspec.reference._messages import describe_value
+from trainspec.reference.cluster_environments.detection import detect_environment
 from trainspec.reference.collectives.torch_dist import TorchCollective
-from trainspec.reference.environments.detection import detect_environment
 from trainspec.reference.launchers.spawn import MultiprocessingLauncher
 from trainspec.reference.launchers.subprocess_script import SubprocessScriptLauncher
 from trainspec.reference.strategies.base import StrategyBase
@@ -79,7 +79,7 @@ class DDPStrategy(StrategyBase, BackwardSyncControl):
     ``DistributedDataParallel`` (STRAT-1 ... STRAT-17, SYNC-1).
 
     - **Ranks**: ``len(parallel_devices)`` per node, times ``num_nodes``. The cluster
-      environment defaults to :func:`~trainspec.reference.environments.detect_environment`
+      environment defaults to :func:`~trainspec.reference.cluster_environments.detect_environment`
       (torchrun, then SLURM, then the local machine).
     - **Launcher**: ``None`` when the environment creates the processes (torchrun, srun);
       otherwise a :class:`~trainspec.reference.launchers.SubprocessScriptLauncher`
@@ -103,6 +103,9 @@ class DDPStrategy(StrategyBase, BackwardSyncControl):
     environment's world size is not ``len(parallel_devices) * num_nodes`` (typically: the
     function was not started through :attr:`launcher`).
     """
+
+    conformance_capabilities: ClassVar[frozenset[str]] = frozenset({"data_parallel"})
+    """What the conformance kit verifies beyond the protocol (``trainspec verify`` reads it)."""
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ Two paths:
   this process trains on it; no launcher; :class:`~trainspec.reference.collectives.
   SingleProcessCollective`. Verified on ``PJRT_DEVICE=CPU`` by ``scripts/xla_lane.sh``;
 - **several devices**: :class:`~trainspec.reference.launchers.XLALauncher` starts one rank per
-  device with ``xmp.spawn``; the ranks come from :class:`~trainspec.reference.environments.
+  device with ``xmp.spawn``; the ranks come from :class:`~trainspec.reference.cluster_environments.
   XLAEnvironment`. Gradients are all-reduced on the devices (``xm.all_reduce``) at the end
   of :meth:`backward`, so clipping sees the global gradients; the strategy's own collectives
   (metrics, decisions, checkpoint agreement) run over a CPU gloo group
@@ -34,10 +34,10 @@ import torch
 from trainspec.capabilities import StepBoundary
 from trainspec.errors import ConfigurationError, DeviceUnavailableError
 from trainspec.reference._messages import describe_value
+from trainspec.reference.cluster_environments.local import LocalEnvironment
+from trainspec.reference.cluster_environments.xla import XLAEnvironment
 from trainspec.reference.collectives.single import SingleProcessCollective
 from trainspec.reference.collectives.torch_dist import TorchCollective
-from trainspec.reference.environments.local import LocalEnvironment
-from trainspec.reference.environments.xla import XLAEnvironment
 from trainspec.reference.launchers.xla import XLALauncher
 from trainspec.reference.strategies.base import StrategyBase
 from trainspec.reference.strategies.ddp import distributed_dataloader

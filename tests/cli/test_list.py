@@ -100,6 +100,22 @@ def test_list_table_shows_names_sources_and_availability(
     assert "checkpoint_io" in gzip_line and " - " in gzip_line
 
 
+def test_list_table_wraps_each_description_instead_of_cutting_its_sentence(
+    trainspec_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import inspect
+
+    from trainspec.reference.strategies.ddp import DDPStrategy
+
+    # The docstring's first sentence runs over two source lines; the table shows all of it.
+    paragraph = " ".join((inspect.getdoc(DDPStrategy) or "").split("\n\n")[0].split())
+    assert "\n" in (inspect.getdoc(DDPStrategy) or "").split("\n\n")[0]
+    monkeypatch.setenv("COLUMNS", "400")  # wide enough for one row per component
+    out = trainspec_cli("list", "--kind", "strategy").out
+    ddp_line = next(line for line in out.splitlines() if "│ ddp " in line)
+    assert paragraph.replace("`", "")[-30:] in ddp_line.replace("`", ""), ddp_line
+
+
 def test_list_kind_filter_accepts_several_kinds(trainspec_cli: Callable[..., Any]) -> None:
     result = trainspec_cli("list", "--json", "--kind", "precision,checkpoint_io")
     rows = _rows(result.out)

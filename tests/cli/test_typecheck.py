@@ -175,3 +175,4 @@ def test_typecheck_without_mypy_says_how_to_install_it(
         "typecheck",
     )
     assert INSTALL_HINT in line
+    assert "trainspec[typecheck]" in line  # the extra that brings mypy

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from trainspec.conformance.fakes import free_port
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -28,13 +29,6 @@ HERE = Path(__file__).parent
 WORKER = HERE / "_worker.py"
 SCENARIOS = HERE / "scenarios.py"
 _STRIPPED = ("TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "SLURM_PROCID", "GROUP_RANK", "NODE_RANK")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class World:
@@ -87,12 +81,18 @@ class World:
         return bool(self._connections) and all(p.poll() is None for p in self._processes)
 
     def run(
-        self, name: str, *args: object, timeout: float = 120.0, **kwargs: object
+        self,
+        name: str,
+        *args: object,
+        timeout: float = 120.0,
+        scenarios: Path = SCENARIOS,
+        **kwargs: object,
     ) -> list[object]:
-        """``scenarios.name(*args, **kwargs)`` on every rank; the results by rank."""
+        """``name(*args, **kwargs)`` of the ``scenarios`` module (default ``scenarios.py``)
+        on every rank; the results by rank."""
         variables = {"MASTER_PORT": str(free_port())}
         for connection in self._connections:
-            connection.send(("call", str(SCENARIOS), name, args, kwargs, variables))
+            connection.send(("call", str(scenarios), name, args, kwargs, variables))
         replies: list[tuple[str, object]] = []
         for rank, connection in enumerate(self._connections):
             if not connection.poll(timeout):

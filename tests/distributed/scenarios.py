@@ -29,8 +29,8 @@ from trainspec import (
     PeerFailureError,
 )
 from trainspec.conformance.fakes import SingleProcessEnvironment
+from trainspec.reference.cluster_environments import LocalEnvironment
 from trainspec.reference.collectives.torch_dist import TorchCollective
-from trainspec.reference.environments import LocalEnvironment
 from trainspec.reference.launchers import SubprocessScriptLauncher
 from trainspec.reference.strategies.ddp import DDPStrategy
 from trainspec.reference.strategies.single_device import SingleDeviceStrategy

@@ -20,16 +20,16 @@ from trainspec import (
     Strategy,
     UnsupportedError,
 )
+from trainspec.reference.cluster_environments import (
+    LocalEnvironment,
+    TorchElasticEnvironment,
+    XLAEnvironment,
+)
 from trainspec.reference.collectives.torch_dist import (
     ERROR_TABLE,
     TorchCollective,
     default_backend,
     translate_error,
-)
-from trainspec.reference.environments import (
-    LocalEnvironment,
-    TorchElasticEnvironment,
-    XLAEnvironment,
 )
 from trainspec.reference.launchers import (
     MultiprocessingLauncher,

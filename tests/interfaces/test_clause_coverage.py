@@ -32,6 +32,8 @@ PREFIX_PROTOCOL = {
     "SYNC": "BackwardSyncControl",
     "SHARD": "ShardedModuleContext",
     "STEP": "StepBoundary",
+    "LAYOUT": "CheckpointLayoutControl",
+    "DCKPT": "DistributedCheckpointIO",
 }
 WHOLE_RUN_PREFIXES = ("E2E", "ERR")
 

@@ -29,7 +29,7 @@ INTERFACES = ROOT / "interfaces"
 AGREED = {
     "ACC": 10,
     "PREC": 12,
-    "CKPT": 12,
+    "CKPT": 13,
     "ACKPT": 5,
     "COLL": 16,
     "ENV": 6,
@@ -37,9 +37,11 @@ AGREED = {
     "STRAT": 17,
     "SYNC": 1,
     "SHARD": 1,
+    "LAYOUT": 1,
     "STEP": 1,
     "E2E": 3,
     "ERR": 1,
+    "DCKPT": 7,
 }
 ID_TOKEN = re.compile(r"\b([A-Z][A-Z0-9]*)-(\d+)\b")
 ID_RANGE = re.compile(r"\b([A-Z][A-Z0-9]*)-(\d+)\s*(?:\.\.\.|…|\.\.)\s*\1-(\d+)\b")

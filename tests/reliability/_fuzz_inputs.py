@@ -68,7 +68,7 @@ from trainspec import (
 from trainspec.conformance import core
 from trainspec.reference import accelerators as acc
 from trainspec.reference import checkpoint_io as cio
-from trainspec.reference import environments as envs
+from trainspec.reference import cluster_environments as envs
 from trainspec.reference import precisions as prec
 from trainspec.reference.accelerators.device_request import parse_device_request
 from trainspec.reference.connector import resolve
@@ -1200,6 +1200,74 @@ def demo_argv_lists() -> st.SearchStrategy[list[str]]:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# ``trainspec demo`` with hostile numbers that reach training
+
+
+def _demo_numbers(
+    low: int, high: int, running: st.SearchStrategy[int], *, high_runs: bool = True
+) -> st.SearchStrategy[str]:
+    """An option's value as text: one that trains (``running``, inside ``low .. high``), the
+    range's edges and just past them, or any int outside the range (huge and negative ones
+    included). ``high_runs=False`` leaves ``high`` itself out (a run that long never ends)."""
+    edges = (low, high, low - 1, high + 1, -(high + 1), 2 * high)
+    edge = st.sampled_from(edges if high_runs else edges[:1] + edges[2:])
+    outside = integers().filter(lambda v: not low <= v <= high)
+    huge = st.sampled_from(("9" * 5000, "-" + "9" * 5000))  # str() of such an int raises
+    return st.one_of(st.one_of(running, running, edge, outside).map(str), huge)
+
+
+DEMO_RUN_ARGV: Final = (
+    "demo", "--accelerator", "cpu", "--strategy", "single_device", "--no-progress",
+)  # fmt: skip
+
+
+@functools.cache
+def demo_run_argv_lists() -> st.SearchStrategy[list[str]]:
+    """``trainspec demo`` on one CPU with hostile ``--steps``, ``--batch-size`` and ``--seed``:
+    every value in range trains (steps in range are 2 to 4), every other one must be refused
+    with a one-line usage error."""
+    from trainspec.reference.demo import MAX_BATCH_SIZE, MAX_SEED, MAX_STEPS
+
+    steps = _demo_numbers(2, MAX_STEPS, st.integers(2, 4), high_runs=False)
+    batch = _demo_numbers(1, MAX_BATCH_SIZE, st.integers(1, 64))
+    seed = _demo_numbers(0, MAX_SEED, st.integers(0, MAX_SEED))
+    return st.tuples(steps, batch, seed).map(
+        lambda v: [*DEMO_RUN_ARGV, "--steps", v[0], "--batch-size", v[1], "--seed", v[2]]
+    )
+
+
+@contextlib.contextmanager
+def demo_sandbox() -> Iterator[str]:
+    """:func:`cli_sandbox` with the temporary directory inside it, so that a demo that leaves
+    its ``trainspec-demo-*`` directory behind is seen (:func:`run_demo_cli`)."""
+    with cli_sandbox() as directory:
+        temporary = os.path.join(directory, "tmp")
+        os.mkdir(temporary)
+        previous = tempfile.tempdir
+        tempfile.tempdir = temporary
+        try:
+            yield directory
+        finally:
+            tempfile.tempdir = previous
+
+
+def run_demo_cli(argv: Sequence[str]) -> int:
+    """:func:`run_cli`, then: a run that exits 0 trained, and left no temporary directory."""
+    code = run_cli(argv)
+    left = [name for name in os.listdir(tempfile.gettempdir()) if name.startswith("trainspec")]
+    if left:
+        raise BadResult(f"the demo left {left} in the temporary directory")
+    return code
+
+
+@st.composite
+def demo_run_calls(draw: st.DrawFn) -> Call:
+    """``main(["demo", ...])`` with :func:`demo_run_argv_lists`; run it in :func:`demo_sandbox`."""
+    argv = draw(demo_run_argv_lists())
+    return Call("demo_run", f"main({argv!r})", lambda: run_demo_cli(argv), (), ("",), ())
+
+
 def _fake_builtin_targets(kind: str | None = None) -> list[object]:
     """Stands in for ``builtin_targets`` so ``trainspec verify [KIND]`` verifies tiny rows."""
     from trainspec.conformance.builtin_targets import BuiltinTarget
@@ -1296,6 +1364,7 @@ TARGETS: Final = (
     FuzzTarget("precision_load_state_dict", precision_state_calls, ci_examples=400),
     FuzzTarget("environment", environment_calls, ci_examples=300),
     FuzzTarget("cli", cli_calls, context=cli_sandbox, ci_examples=150),
+    FuzzTarget("demo_run", demo_run_calls, context=demo_sandbox, ci_examples=20),
 )
 TARGETS_BY_NAME: Final = MappingProxyType({t.name: t for t in TARGETS})
 

@@ -64,12 +64,14 @@ __all__ = [
     "MARKER_VARIABLE",
     "SLACK_S",
     "Case",
+    "KitOutcome",
     "Outcome",
     "importable",
     "kill_marked",
     "marked_processes",
     "problems",
     "rank_body",
+    "run_kit_signal_case",
     "run_script_case",
     "run_spawn_case",
     "time_bound",
@@ -599,6 +601,96 @@ def hung_peer_of_a_timed_out_rank() -> None:
         time.sleep(600)
     time.sleep(0.5)
     raise CollectiveTimeoutError("all_reduce did not complete within its timeout of 1 s")
+
+
+GIL_MARKER_DIR: Final = "TRAINSPEC_TEST_GIL_MARKER_DIR"
+"""Where :func:`check_hangs_holding_the_gil` announces the rank that is about to hang."""
+
+
+def check_hangs_holding_the_gil(target: object) -> None:
+    """A check for the kit's ``World``: rank 1 announces itself in ``$GIL_MARKER_DIR/hung``,
+    then matches a regular expression that backtracks for ages inside C code that never
+    releases the GIL, so no other Python thread of the rank runs again; rank 0 returns."""
+    import re
+
+    if os.environ.get("RANK") != "1":
+        return
+    (Path(os.environ[GIL_MARKER_DIR]) / "hung").write_text(str(os.getpid()))
+    re.match(r"(a+)+$", "a" * 48 + "!")
+
+
+_KIT_SCRIPT: Final = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from trainspec.conformance.distributed import TargetSpec, World
+
+world = World(2, env={"OMP_NUM_THREADS": "1"})
+world.start()
+print(" ".join(map(str, world.pids)), flush=True)
+spec = TargetSpec("collective", "trainspec.reference.collectives.torch_dist:TorchCollective")
+world.run("rank_scenarios:check_hangs_holding_the_gil", spec, timeout_s=600)
+print("the world gave up on the hung rank", flush=True)
+"""
+
+KIT_READY_S: Final = 240.0
+"""How long the kit's ranks may take to start and reach the hang (a loaded machine); a bound
+on waiting, not an assertion about speed."""
+
+
+@dataclass
+class KitOutcome:
+    """What :func:`run_kit_signal_case` saw."""
+
+    pids: list[int]
+    """The two ranks."""
+    marked_before: list[Leftover]
+    """Every marked process while rank 1 hung (ranks, resource tracker)."""
+    returncode: int | None
+    """The driving script's exit status after the signal."""
+    leftover: list[Leftover]
+    """Marked processes still alive after the script ended (and a settle period)."""
+
+
+def run_kit_signal_case(signum: int, workdir: Path, *, settle: float = 15.0) -> KitOutcome:
+    """Drive the kit's ``World(2)`` from a script in its own session, with rank 1 hung in C
+    code holding the GIL (:func:`check_hangs_holding_the_gil`); send ``signum`` to the script
+    once the hang is announced; report what is left. Everything it started carries a marker
+    and is killed before returning."""
+    marker = f"kit-{uuid.uuid4().hex}"
+    env = {**os.environ, MARKER_VARIABLE: marker, GIL_MARKER_DIR: str(workdir)}
+    with open(workdir / "script.stderr", "wb") as stderr:  # a SIGINT's traceback lands here
+        script = subprocess.Popen(
+            [sys.executable, "-c", _KIT_SCRIPT, str(HERE)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
+    try:
+        assert script.stdout is not None
+        pids = [int(p) for p in script.stdout.readline().split()]
+        hung = workdir / "hung"
+        deadline = time.monotonic() + KIT_READY_S
+        while not hung.exists():
+            if script.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"rank 1 never reached the hang (script: {script.poll()})")
+            time.sleep(0.1)
+        before = marked_processes(marker, settle=0)
+        script.send_signal(signum)
+        returncode: int | None
+        try:
+            returncode = script.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        return KitOutcome(pids, before, returncode, marked_processes(marker, settle=settle))
+    finally:
+        kill_marked(marker)
+        if script.poll() is None:
+            script.kill()
+            script.wait()
+        if script.stdout is not None:
+            script.stdout.close()
 
 
 def dying_rank_with_a_child(workdir: str) -> None:

@@ -152,3 +152,16 @@ def test_a_damaged_header_byte_is_corruption_or_loads_whole(tmp_path, position, 
         return
     assert set(loaded) == set(TORCH_FULL)
     assert loaded["weight"].shape == CHECKPOINT["weight"].shape
+
+
+def test_a_damaged_key_name_in_data_pkl_is_corruption_not_a_renamed_key(tmp_path):
+    # torch's zip reader does not check CRC-32s: one changed byte of a key in data.pkl used to
+    # load as a checkpoint whose key was renamed ('meta' -> '\x00eta').
+    valid = bytearray(_encoded("torch"))
+    position = valid.find(b"meta")
+    assert position > 0
+    valid[position] = 0
+    path = tmp_path / "renamed.pt"
+    path.write_bytes(bytes(valid))
+    with pytest.raises(CheckpointCorruptedError):
+        TorchCheckpointIO().load_checkpoint(path)

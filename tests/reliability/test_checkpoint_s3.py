@@ -10,8 +10,6 @@ Needs ``moto[server]`` and ``s3fs``; skips with that reason where they are not i
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 
@@ -21,6 +19,7 @@ from trainspec import (
     CheckpointWriteError,
     UnsafeCheckpointError,
 )
+from trainspec.conformance.fakes import free_port
 from trainspec.reference.checkpoint_io import (
     BackgroundCheckpointIO,
     SafetensorsCheckpointIO,
@@ -33,15 +32,9 @@ s3fs = pytest.importorskip("s3fs", reason="S3 tests need s3fs")
 BUCKET = "trainspec-checkpoints"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3_options():
-    port = _free_port()
+    port = free_port()
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"

@@ -113,6 +113,19 @@ def test_a_read_only_file_system_refuses_saves_and_removes(small_tmpfs):
     assert torch.equal(io.load_checkpoint(path)["w"], SMALL["w"])
 
 
+def _memory_limited(fn, headroom_bytes):
+    """Run ``fn`` with at most ``headroom_bytes`` more address space than the child has."""
+    import resource
+
+    def run():
+        with open("/proc/self/status") as status:
+            size = int(status.read().split("VmSize:")[1].split()[0]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (size + headroom_bytes, resource.RLIM_INFINITY))
+        return fn()
+
+    return run
+
+
 def _limited(fn, limit_bytes):
     import resource
 
@@ -246,6 +259,23 @@ def _unsafe(tmp: Path) -> Path:
     return tmp / "unsafe.pt"
 
 
+def _unresolved(tmp: Path) -> Path:
+    # protocol 4: STACK_GLOBAL fed by a tuple, so the global cannot be named without running
+    body = b"\x8c\x02os)\x93\x8c\x01x\x85R."
+    (tmp / "unresolved.pt").write_bytes(b"\x80\x04\x95" + len(body).to_bytes(8, "little") + body)
+    return tmp / "unresolved.pt"
+
+
+def _fifo(tmp: Path) -> Path:
+    os.mkfifo(tmp / "fifo.pt")
+    return tmp / "fifo.pt"
+
+
+def _large(tmp: Path) -> Path:
+    torch.save({"w": torch.ones(16 * 2**20)}, tmp / "large.pt")  # 64 MiB
+    return tmp / "large.pt"
+
+
 def _random(tmp: Path) -> Path:
     (tmp / "random.pt").write_bytes(os.urandom(2048))
     return tmp / "random.pt"
@@ -278,9 +308,17 @@ SCENARIOS = {
     "read:FileNotFoundError": _in_process(lambda t: lambda: T.load_checkpoint(t / "missing")),
     "read:NotADirectoryError": _in_process(lambda t: lambda: T.load_checkpoint(_file(t) / "c")),
     "read:IsADirectoryError": _in_process(lambda t: lambda: T.load_checkpoint(_dir(t))),
+    "read:SpecialFileError": _in_process(lambda t: lambda: T.load_checkpoint(_fifo(t))),
     "read:PermissionError": _forked(_nobody_loads, H.as_nobody),
     "read:OSError": _in_process(lambda t: lambda: T.load_checkpoint(_loop(t))),
+    "decode:UnresolvedContentError": _in_process(
+        lambda t: lambda: T.load_checkpoint(_unresolved(t))
+    ),
     "decode:UnsafeContentError": _in_process(lambda t: lambda: T.load_checkpoint(_unsafe(t))),
+    "decode:MemoryError": _forked(
+        lambda t, _: (lambda path: lambda: T.load_checkpoint(path))(_large(t)),
+        lambda fn: _memory_limited(fn, 16 * 2**20),
+    ),
     "decode:Exception": _in_process(lambda t: lambda: T.load_checkpoint(_random(t))),
     "encode:PicklingError": _in_process(
         lambda t: lambda: T.save_checkpoint({"f": _MODULE_LAMBDA}, t / "c.pt")
@@ -295,6 +333,7 @@ SCENARIOS = {
         lambda t: lambda: T.save_checkpoint({"c": _COMPLEX, "re": _COMPLEX.real}, t / "c.pt")
     ),
     "write:IsADirectoryError": _in_process(lambda t: lambda: T.save_checkpoint(SMALL, _dir(t))),
+    "write:SpecialFileError": _in_process(lambda t: lambda: T.save_checkpoint(SMALL, _fifo(t))),
     "write:NotADirectoryError": _in_process(
         lambda t: lambda: T.save_checkpoint(SMALL, _file(t) / "sub" / "c.pt")
     ),
@@ -309,6 +348,7 @@ SCENARIOS = {
         lambda t, _: lambda: T.save_checkpoint(BIG, t / "c.pt"), lambda fn: _limited(fn, 4096)
     ),
     "remove:IsADirectoryError": _in_process(lambda t: lambda: T.remove_checkpoint(_dir(t))),
+    "remove:SpecialFileError": _in_process(lambda t: lambda: T.remove_checkpoint(_fifo(t))),
     "remove:PermissionError": _forked(_nobody_removes, H.as_nobody),
     "remove:OSError": _in_process(lambda t: lambda: T.remove_checkpoint(_loop(t) / "c.pt")),
 }
@@ -330,6 +370,24 @@ def test_every_translation_row_is_exercised_by_a_real_error(tmp_path, open_dir, 
     assert cause_ok, f"{row}: the cause is not a {source.__name__}"
     assert matched == index, f"{row}: the cause matched rule {matched}, not {index}"
     assert raised == rule.target.__name__, f"{row}: raised {raised}"
+
+
+@pytest.mark.parametrize("kind", ["torch", "safetensors"])
+def test_a_load_that_runs_out_of_memory_is_a_checkpoint_error_not_corruption(tmp_path, kind):
+    io = IOS[kind]()
+    path = tmp_path / "large.ckpt"
+    io.save_checkpoint({"w": torch.ones(16 * 2**20)}, path)  # 64 MiB
+
+    def load():
+        try:
+            io.load_checkpoint(path)
+        except CheckpointError as exc:
+            return type(exc).__name__, type(exc.__cause__).__name__, str(path) in str(exc)
+        return None
+
+    outcome = H.run_forked(_memory_limited(load, 16 * 2**20))
+    assert outcome.error_type is None, outcome  # no bare MemoryError
+    assert outcome.value == ("CheckpointError", "MemoryError", True)
 
 
 def test_read_errors_are_checkpoint_errors_but_not_corruption(tmp_path):

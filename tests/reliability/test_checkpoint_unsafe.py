@@ -110,3 +110,103 @@ def test_allowlisted_classes_load_with_weights_only(tmp_path):
     loaded = TorchCheckpointIO().load_checkpoint(path)
     assert isinstance(loaded["od"], OrderedDict)
     assert isinstance(loaded["param"], torch.nn.Parameter)
+
+
+# --------------------------------------------------------------- pickle protocols 2, 4 and 5
+# torch names a refused global only for protocol 2's GLOBAL opcode; protocols 4 and 5 (FRAME,
+# STACK_GLOBAL) fail in torch as "Unsupported operand", which the loader used to report as
+# corruption. The payloads below are hand-assembled so their opcodes are known exactly.
+
+
+def _text(value: str) -> bytes:
+    data = value.encode()
+    return b"\x8c" + bytes([len(data)]) + data  # SHORT_BINUNICODE
+
+
+def _calling_pickle(protocol: int, module: str, name: str, argument: str) -> bytes:
+    """A pickle whose loading calls ``module.name(argument)``."""
+    if protocol < 4:
+        body = b"c" + f"{module}\n{name}\n".encode()  # GLOBAL
+        return (
+            b"\x80\x02"
+            + body
+            + b"X"
+            + len(argument.encode()).to_bytes(4, "little")
+            + (
+                argument.encode() + b"\x85R."  # BINUNICODE, TUPLE1, REDUCE, STOP
+            )
+        )
+    body = _text(module) + b"\x94" + _text(name) + b"\x94\x93"  # MEMOIZE, STACK_GLOBAL
+    body += _text(argument) + b"\x85R."
+    return b"\x80" + bytes([protocol]) + b"\x95" + len(body).to_bytes(8, "little") + body
+
+
+def _in_torch_zip(pickled: bytes) -> bytes:
+    """A real ``torch.save`` zip checkpoint whose ``data.pkl`` is replaced by ``pickled``."""
+    import zipfile
+
+    original = io.BytesIO()
+    torch.save({"weights": torch.ones(2)}, original)
+    out = io.BytesIO()
+    with zipfile.ZipFile(original) as source, zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            content = source.read(info.filename)
+            target.writestr(info, pickled if info.filename.endswith("/data.pkl") else content)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("container", ["zip", "raw"])
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+@pytest.mark.parametrize(
+    ("module", "name"), [("os", "system"), ("builtins", "eval")], ids=["os.system", "eval"]
+)
+def test_a_dangerous_call_is_unsafe_in_every_pickle_protocol(
+    tmp_path, marker, container, protocol, module, name
+):
+    command = f"touch {shlex.quote(str(marker))}"
+    argument = command if name == "system" else f"__import__('os').system({command!r})"
+    pickled = _calling_pickle(protocol, module, name, argument)
+    path = tmp_path / "exploit.pt"
+    path.write_bytes(_in_torch_zip(pickled) if container == "zip" else pickled)
+    with pytest.raises(UnsafeCheckpointError) as info:
+        TorchCheckpointIO().load_checkpoint(path)
+    assert not marker.exists(), "loading must not have run the payload"
+    message = str(info.value)
+    assert str(path) in message
+    assert name in message, "the message names the refused global"
+    assert "weights_only=False" in message
+
+
+@pytest.mark.parametrize("container", ["zip", "raw"])
+def test_a_global_the_loader_cannot_name_is_unsafe_or_corrupted(tmp_path, container):
+    # STACK_GLOBAL fed by a tuple rather than strings: the name is unknowable without running.
+    body = _text("os") + b")\x93" + _text("x") + b"\x85R."  # EMPTY_TUPLE, STACK_GLOBAL
+    pickled = b"\x80\x04\x95" + len(body).to_bytes(8, "little") + body
+    path = tmp_path / "odd.pt"
+    path.write_bytes(_in_torch_zip(pickled) if container == "zip" else pickled)
+    with pytest.raises(UnsafeCheckpointError, match="unsafe or corrupted") as info:
+        TorchCheckpointIO().load_checkpoint(path)
+    assert str(path) in str(info.value)
+
+
+def test_a_protocol_4_file_of_allowed_objects_is_not_called_unsafe(tmp_path):
+    from collections import OrderedDict
+
+    path = tmp_path / "protocol4.pt"
+    torch.save({"od": OrderedDict(w=torch.ones(2))}, path, pickle_protocol=4)
+    with pytest.raises(CheckpointCorruptedError) as info:
+        TorchCheckpointIO().load_checkpoint(path)
+    assert not isinstance(info.value, UnsafeCheckpointError)
+    assert torch.equal(
+        TorchCheckpointIO(weights_only=False).load_checkpoint(path)["od"]["w"], torch.ones(2)
+    )
+
+
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_a_raw_pickle_of_plain_data_is_corrupted_not_unsafe(tmp_path, protocol):
+    from collections import OrderedDict
+
+    path = tmp_path / "plain.pkl"
+    path.write_bytes(pickle.dumps(OrderedDict(a=1), protocol=protocol))
+    with pytest.raises(CheckpointCorruptedError):
+        TorchCheckpointIO().load_checkpoint(path)

@@ -2,9 +2,10 @@
 
 Every target of ``_fuzz_inputs.py`` — ``resolve``, ``parse_devices`` on every reference
 accelerator, the accelerator constructors, ``precision_for_flag``, precision
-``load_state_dict``, the cluster environments under arbitrary environment variables, and
-``trainspec``'s ``main(argv)`` — runs a bounded, derandomized number of hostile examples here;
-``scripts/fuzz_configuration.py --examples 10000`` runs the long version. The rule each
+``load_state_dict``, the cluster environments under arbitrary environment variables,
+``trainspec``'s ``main(argv)``, and ``trainspec demo`` runs that reach training — runs a
+bounded, derandomized number of hostile examples here; ``scripts/fuzz_configuration.py
+--examples 10000`` runs the long version. The rule each
 outcome must follow is in ``_fuzz_inputs``' docstring and :func:`check_call`.
 
 Findings whose owner has not fixed them yet are data (``KNOWN_BUGS``): the fuzz tests count

@@ -10,7 +10,10 @@ After each example the ranks compare verdicts through the harness's own channel
 (:meth:`RankContext.exchange`, not the implementation under test), so every rank fails the
 same example together, with the same message naming the ranks that saw the problem.
 
-Modules: :mod:`.collective`, :mod:`.strategy`, :mod:`.end_to_end`.
+Modules: :mod:`.collective`, :mod:`.strategy`, :mod:`.end_to_end`, :mod:`.sharded`.
+
+Sharded strategies and distributed checkpoint IO (SHARD-1, LAYOUT-1, STRAT-14/15 by
+layout, DCKPT-1 ... DCKPT-7): see :mod:`.sharded`.
 
 Collectives (COLL-2, 4, 6, 8 ... 16): every operation against a direct computation on
 generated inputs; ranks distinct and in order; the barrier waits; a timeout raises.
@@ -31,7 +34,7 @@ Target options read here (besides those the harness sets): ``distributed_max_exa
 
 from __future__ import annotations
 
-from trainspec.conformance.distributed.checks import collective, end_to_end, strategy
+from trainspec.conformance.distributed.checks import collective, end_to_end, sharded, strategy
 from trainspec.conformance.distributed.checks._support import (
     DISTRIBUTED_CHECKS,
     NEEDS_HARNESS,
@@ -44,5 +47,6 @@ __all__ = [
     "collective",
     "end_to_end",
     "rank_context",
+    "sharded",
     "strategy",
 ]

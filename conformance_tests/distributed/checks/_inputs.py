@@ -11,11 +11,10 @@ import torch
 from hypothesis import strategies as st
 
 from trainspec.conformance.distributed.checks._support import (
-    OP_TIMEOUT,
     Communicates,
     show,
 )
-from trainspec.conformance.strategies import reduce_ops, tensors
+from trainspec.conformance.hypothesis_strategies import reduce_ops, tensors
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -202,11 +201,11 @@ def all_reduce_problem(
 ) -> str | None:
     mine = example.tensor(rank, device)
     if example.op is None:
-        result = comm.all_reduce(mine, timeout=OP_TIMEOUT)
+        result = comm.all_reduce(mine)
         op: ReduceOp = "mean"
         call = "all_reduce(t)"
     else:
-        result = comm.all_reduce(mine, example.op, timeout=OP_TIMEOUT)
+        result = comm.all_reduce(mine, example.op)
         op = example.op
         call = f"all_reduce(t, {op!r})"
     inputs = [example.tensor(r, device) for r in range(world)]
@@ -220,7 +219,7 @@ def all_gather_problem(
     comm: Communicates, example: Movement, rank: int, world: int, device: torch.device
 ) -> str | None:
     mine = variant(example.template, rank, device)
-    result = comm.all_gather(mine, timeout=OP_TIMEOUT)
+    result = comm.all_gather(mine)
     want = [variant(example.template, r, device) for r in range(world)]
     if same_list(result, want):
         return None
@@ -231,7 +230,7 @@ def broadcast_problem(
     comm: Communicates, example: Movement, rank: int, world: int, device: torch.device
 ) -> str | None:
     mine = variant(example.template, rank, device)
-    result = comm.broadcast(mine, example.root, timeout=OP_TIMEOUT)
+    result = comm.broadcast(mine, example.root)
     want = variant(example.template, example.root, device)
     if same_bits(result, want):
         return None
@@ -258,7 +257,7 @@ def broadcast_object_problem(
     comm: Communicates, example: tuple[object, int], rank: int
 ) -> str | None:
     value, src = example
-    result = comm.broadcast_object({"rank": rank, "value": value}, src, timeout=OP_TIMEOUT)
+    result = comm.broadcast_object({"rank": rank, "value": value}, src)
     want = {"rank": src, "value": value}
     if result == want:
         return None

@@ -20,6 +20,7 @@ __all__ = [
     "backward_on",
     "build_model",
     "compare_states",
+    "complete",
     "full_batch",
     "gradients_of",
     "make_optimizer",
@@ -108,9 +109,20 @@ def reference_gradients(
     ]
 
 
+def complete(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s complete value: ``full_tensor()`` of a sharded tensor (a ``DTensor``, whose
+    ranks must all call this together), ``tensor`` itself otherwise (STRAT-9, STRAT-14)."""
+    full_tensor = getattr(tensor, "full_tensor", None)
+    if callable(full_tensor):
+        whole = full_tensor()
+        if isinstance(whole, torch.Tensor):
+            return whole
+    return tensor
+
+
 def gradients_of(module: torch.nn.Module) -> list[torch.Tensor]:
     return [
-        p.grad.detach().to("cpu", torch.float32).clone()
+        complete(p.grad).detach().to("cpu", torch.float32).clone()
         if p.grad is not None
         else torch.full(tuple(p.shape), float("nan"))
         for p in module.parameters()
@@ -134,7 +146,10 @@ def mismatch(
 
 
 def state_of(strategy: Strategy, module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().to("cpu").clone() for k, v in strategy.module_state_dict(module).items()}
+    return {
+        k: complete(v).detach().to("cpu").clone()
+        for k, v in strategy.module_state_dict(module).items()
+    }
 
 
 def compare_states(

@@ -25,7 +25,6 @@ from trainspec.conformance.distributed.checks._inputs import (
     variant,
 )
 from trainspec.conformance.distributed.checks._support import (
-    OP_TIMEOUT,
     SHORT_TIMEOUT,
     TIMEOUT_SLACK_S,
     agree,
@@ -82,8 +81,7 @@ def check_collective_ranks_are_distinct_and_in_all_gather_order(
             if world != context.world_size:
                 return f"world_size={world!r} in a world of {context.world_size} ranks"
             gathered = collective.all_gather(
-                torch.tensor([rank], device=device_option(cast("Target[object]", target))),
-                timeout=OP_TIMEOUT,
+                torch.tensor([rank], device=device_option(cast("Target[object]", target)))
             )
             order = [int(t.item()) for t in gathered]
             if order != list(range(world)):
@@ -181,7 +179,7 @@ def check_collective_all_gather_object_matches_direct_computation(
     def body(
         comm: Collective, value: object, rank: int, world: int, device: torch.device
     ) -> str | None:
-        result = comm.all_gather_object({"rank": rank, "value": value}, timeout=OP_TIMEOUT)
+        result = comm.all_gather_object({"rank": rank, "value": value})
         want = [{"rank": r, "value": value} for r in range(world)]
         if result == want:
             return None
@@ -204,7 +202,7 @@ def check_collective_gather_matches_direct_computation(target: Target[Collective
         comm: Collective, example: Movement, rank: int, world: int, device: torch.device
     ) -> str | None:
         mine = variant(example.template, rank, device)
-        result = comm.gather(mine, example.root, timeout=OP_TIMEOUT)
+        result = comm.gather(mine, example.root)
         if rank == example.root:
             want = [variant(example.template, r, device) for r in range(world)]
             if same_list(result, want):
@@ -234,7 +232,7 @@ def check_collective_scatter_matches_direct_computation(target: Target[Collectiv
         listed = [
             variant(example.template, src * world + i, device).contiguous() for i in range(world)
         ]
-        result = comm.scatter(listed if rank == src else None, src, timeout=OP_TIMEOUT)
+        result = comm.scatter(listed if rank == src else None, src)
         want = variant(example.template, src * world + rank, device)
         if same_bits(result, want):
             return None
@@ -260,10 +258,10 @@ def check_collective_reduce_scatter_matches_direct_computation(
     ) -> str | None:
         listed = [example.tensor(rank * world + i, device) for i in range(world)]
         if example.op is None:
-            result = comm.reduce_scatter(listed, timeout=OP_TIMEOUT)
+            result = comm.reduce_scatter(listed)
             op: ReduceOp = "mean"
         else:
-            result = comm.reduce_scatter(listed, example.op, timeout=OP_TIMEOUT)
+            result = comm.reduce_scatter(listed, example.op)
             op = example.op
         shares = [example.tensor(r * world + rank, device) for r in range(world)]
         problem = reduction_problem(result, shares, op)
@@ -288,7 +286,7 @@ def check_collective_all_to_all_matches_direct_computation(target: Target[Collec
         listed = [
             variant(example.template, rank * world + i, device).contiguous() for i in range(world)
         ]
-        result = comm.all_to_all(listed, timeout=OP_TIMEOUT)
+        result = comm.all_to_all(listed)
         want = [variant(example.template, j * world + rank, device) for j in range(world)]
         if same_list(result, want):
             return None

@@ -31,8 +31,10 @@ from trainspec.conformance.distributed.checks._training import (
     state_of,
     train_step,
 )
+from trainspec.distributed_checkpoint_io import CheckpointLayoutControl
 
 if TYPE_CHECKING:
+    from trainspec.checkpoint_io import CheckpointIO
     from trainspec.conformance.core import Target
     from trainspec.strategy import Strategy
 
@@ -153,20 +155,37 @@ def check_strategy_resume_from_checkpoint_continues_exactly(target: Target[Strat
     )
 
 
-def _single_device_strategy(device: torch.device) -> Strategy:
-    """The reference single-device strategy on ``device``, for a world of one."""
+def _single_device_strategy(
+    device: torch.device, checkpoint_io: CheckpointIO | None = None
+) -> Strategy:
+    """The reference single-device strategy on ``device``, for a world of one; with
+    ``checkpoint_io`` (default: the reference torch IO)."""
     from trainspec.conformance.fakes import StaticEnvironment
     from trainspec.reference.strategies.single_device import SingleDeviceStrategy
 
     if device.type == "cpu":
-        return SingleDeviceStrategy(cluster_environment=StaticEnvironment(world_size=1))
+        return SingleDeviceStrategy(
+            cluster_environment=StaticEnvironment(world_size=1), checkpoint_io=checkpoint_io
+        )
     from trainspec.reference.accelerators.generic import TorchDeviceAccelerator
 
     return SingleDeviceStrategy(
         accelerator=TorchDeviceAccelerator(device.type),
         cluster_environment=StaticEnvironment(world_size=1),
         parallel_devices=[device],
+        checkpoint_io=checkpoint_io,
     )
+
+
+def _reader_for(target: Target[Strategy], strategy: Strategy) -> CheckpointIO | None:
+    """Under the sharded layout (LAYOUT-1) the single-device side reads and writes with a
+    fresh instance of the strategy's own DistributedCheckpointIO, not set up: on one rank it
+    is a CheckpointIO (DCKPT-5, DCKPT-7). Under the full layout: the reference torch IO."""
+    if not (
+        isinstance(strategy, CheckpointLayoutControl) and strategy.checkpoint_layout == "sharded"
+    ):
+        return None
+    return target.make().checkpoint_io
 
 
 @distributed_check("E2E-3", "strategy", layer="end_to_end")
@@ -180,7 +199,7 @@ def check_strategy_checkpoint_moves_between_n_ranks_and_one(target: Target[Strat
         probe = torch.linspace(-1.0, 1.0, 12).reshape(3, 4)
 
         def single_side(expected: dict[str, torch.Tensor]) -> str | None:
-            single = _single_device_strategy(strategy.root_device)
+            single = _single_device_strategy(strategy.root_device, _reader_for(target, strategy))
             single.setup_environment()
             try:
                 module, optimizer = set_up_training(single, seed=42)

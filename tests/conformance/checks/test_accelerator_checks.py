@@ -13,13 +13,15 @@ from hypothesis import strategies as st
 from tests.conformance.faults.faults_accelerator import FAULTS, IndexedFakeAccelerator
 from trainspec.conformance.checks import accelerator as acc_checks
 from trainspec.conformance.core import Check, CheckFailure, CheckSkipped, Target, checks_for
-from trainspec.conformance.strategies import device_requests
+from trainspec.conformance.hypothesis_strategies import device_requests
 from trainspec.errors import ConfigurationError, DeviceUnavailableError
 from trainspec.reference.accelerators.cpu import CPUAccelerator
 from trainspec.reference.accelerators.device_request import parse_device_request
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+
+    import torch
 
     from trainspec.accelerator import Accelerator
 
@@ -125,3 +127,44 @@ def test_device_request_labels_agree_with_the_reference_parser(
 def test_device_requests_without_devices_have_no_valid_kind() -> None:
     with pytest.raises(ValueError, match="no device requests"):
         device_requests(0, kinds=("valid",))
+
+
+# ------------------------------------------------------------- root-cause blame (issue 15)
+
+
+class _NoSynchronize(CPUAccelerator):
+    """Correct except that synchronize is not implemented (an ACC-9 fault only)."""
+
+    def synchronize(self, device: torch.device) -> None:
+        raise NotImplementedError("synchronize")
+
+
+def test_a_missing_synchronize_is_blamed_on_acc_9_alone() -> None:
+    target = _target(_NoSynchronize, "NoSynchronize")
+    failed: set[str] = set()
+    for c in CHECKS:
+        try:
+            c.run(target)
+        except CheckFailure as caught:
+            failed.add(caught.clause)
+        except CheckSkipped:
+            pass
+    assert "ACC-9" in failed
+    assert "ACC-8" not in failed, failed
+
+
+class _ProbesEnvironment(CPUAccelerator):
+    """is_available() sets an environment variable (an ACC-2 fault)."""
+
+    def is_available(self) -> bool:
+        os.environ["TRAINSPEC_TEST_PROBED"] = "1"
+        return super().is_available()
+
+
+def test_a_side_effect_is_reported_and_does_not_leak_into_the_callers_process() -> None:
+    (acc_2,) = [c for c in CHECKS if c.name == "check_accelerator_is_available_has_no_side_effects"]
+    os.environ.pop("TRAINSPEC_TEST_PROBED", None)
+    with pytest.raises(CheckFailure) as caught:
+        acc_2.run(_target(_ProbesEnvironment, "ProbesEnvironment"))
+    assert caught.value.clause == "ACC-2" and "TRAINSPEC_TEST_PROBED" in str(caught.value)
+    assert "TRAINSPEC_TEST_PROBED" not in os.environ

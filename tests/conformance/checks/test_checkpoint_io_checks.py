@@ -15,6 +15,8 @@ from hypothesis import Phase, given, settings
 
 from tests.conformance.faults.faults_checkpoint_io import (
     ASYNC,
+    CKPT_6_FAULTS,
+    CKPT_13_FAULTS,
     FAULTS,
     FLAT,
     FULL,
@@ -23,7 +25,7 @@ from tests.conformance.faults.faults_checkpoint_io import (
 )
 from trainspec.conformance.checks import checkpoint_io as ckpt_checks
 from trainspec.conformance.core import Check, CheckFailure, CheckSkipped, Target, checks_for
-from trainspec.conformance.strategies import (
+from trainspec.conformance.hypothesis_strategies import (
     CheckpointMismatch,
     assert_checkpoints_equal,
     state_dicts,
@@ -40,17 +42,18 @@ from trainspec.reference.checkpoint_io.safetensors_io import SUPPORTED_DTYPES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
+    from pathlib import Path
 
     from hypothesis.strategies import SearchStrategy
 
     from trainspec.checkpoint_io import CheckpointIO
-    from trainspec.types import Checkpoint
+    from trainspec.types import Checkpoint, PathLike
 
 _V = TypeVar("_V")
 
 CHECKS = checks_for("checkpoint_io")
 BY_NAME = {c.name: c for c in CHECKS}
-CLAUSES = {f"CKPT-{i}" for i in range(1, 13)} | {f"ACKPT-{i}" for i in range(1, 6)}
+CLAUSES = {f"CKPT-{i}" for i in range(1, 14)} | {f"ACKPT-{i}" for i in range(1, 6)}
 FAST = {"max_examples": 10, "atomicity_rounds": 6}
 
 
@@ -94,7 +97,8 @@ PASSING: dict[str, Target[CheckpointIO]] = {
 # Why a correct target may skip a check, besides an undeclared capability.
 ALLOWED_SKIPS = re.compile(
     "capability not declared|base_path is a URL|no 'trusted_factory' option|"
-    "declares python_objects|with an unserialisable value succeeded"
+    "declares python_objects|with an unserialisable value succeeded|inconclusive|"
+    "no writable directory on a file system other than"
 )
 
 
@@ -267,3 +271,275 @@ def test_checkpoint_equality_sees_every_kind_of_difference(
     with pytest.raises(CheckpointMismatch) as caught:
         assert_checkpoints_equal(expected, actual)
     assert any(difference in d for d in caught.value.differences), caught.value.differences
+
+
+# --------------------------------------------------------------------------- CKPT-3 (issue 15)
+
+KILL = "check_checkpoint_io_killed_save_leaves_old_or_new_checkpoint"
+OTHER_FS = "check_checkpoint_io_saves_are_atomic_on_another_file_system_than_tmpdir"
+
+
+def test_a_third_party_atomic_io_passes_the_atomicity_checks() -> None:
+    from tests.conformance.faults.faults_checkpoint_io import PlainAtomicIO
+
+    target = _target("PlainAtomicIO", PlainAtomicIO, frozenset({"local_paths"}))
+    for name in (KILL, OTHER_FS):
+        BY_NAME[name].run(target)
+
+
+@pytest.mark.parametrize(
+    "name", ["PlainInPlaceIO", "InPlaceTorchIO", "StagesInTmpdirMoveTorchIO", "RemovesFirstTorchIO"]
+)
+def test_the_kill_check_rejects_writers_that_are_not_atomic(name: str) -> None:
+    from tests.conformance.faults import faults_checkpoint_io
+
+    fault = getattr(faults_checkpoint_io, name)
+    with pytest.raises(CheckFailure) as caught:
+        BY_NAME[KILL].run(_target(name, fault, frozenset({"local_paths"})))
+    assert caught.value.clause == "CKPT-3"
+    assert "SIGKILL" in caught.value.actual or "failed" in caught.value.actual
+
+
+def test_staging_in_tmpdir_is_caught_on_another_file_system() -> None:
+    from tests.conformance.faults.faults_checkpoint_io import StagesInTmpdirReplaceTorchIO
+
+    target = _target("StagesInTmpdirReplaceTorchIO", StagesInTmpdirReplaceTorchIO, FULL)
+    BY_NAME["check_checkpoint_io_concurrent_reader_sees_old_or_new_checkpoint"].run(target)
+    with pytest.raises(CheckFailure) as caught:
+        BY_NAME[OTHER_FS].run(target)
+    assert "another file system" in caught.value.expected
+
+
+def test_the_kill_check_skips_a_factory_a_child_process_cannot_import() -> None:
+    target = _target("lambda", lambda: TorchCheckpointIO(), FULL)
+    with pytest.raises(CheckSkipped, match="not importable"):
+        BY_NAME[KILL].run(target)
+
+
+def test_the_other_file_system_differs_from_tmpdir() -> None:
+    import os
+    import tempfile
+
+    target = _target("TorchCheckpointIO", TorchCheckpointIO, FULL)
+    with ckpt_checks._other_file_system(target) as other:
+        if other is None:
+            pytest.skip("no second file system on this machine")
+        assert os.stat(other.root).st_dev != os.stat(tempfile.gettempdir()).st_dev
+
+
+# --------------------------------------------------------------------------- CKPT-6 (issue 15)
+
+REFUSAL_CHECKS = [c for c in CHECKS if c.name.startswith("check_checkpoint_io_refused_")]
+
+
+def test_every_stage_of_a_write_has_a_refusal_check() -> None:
+    names = {c.name for c in REFUSAL_CHECKS}
+    for stage in ("open", "write", "fsync", "rename"):
+        assert f"check_checkpoint_io_refused_{stage}_raises_write_error_and_keeps_the_old" in names
+
+
+@pytest.mark.parametrize("check", REFUSAL_CHECKS, ids=lambda c: c.name)
+def test_a_third_party_atomic_io_passes_every_refusal_check(check: Check) -> None:
+    from tests.conformance.faults.faults_checkpoint_io import PlainAtomicIO
+
+    try:
+        check.run(_target("PlainAtomicIO", PlainAtomicIO, frozenset({"local_paths"})))
+    except CheckSkipped as skipped:  # only the path-based check could skip, and it does not
+        raise AssertionError(skipped.reason) from None
+
+
+@pytest.mark.parametrize(
+    "name", ["TorchCheckpointIO", "BackgroundCheckpointIO", "SafetensorsCheckpointIO"]
+)
+def test_the_reference_ios_meet_every_injected_refusal(name: str) -> None:
+    # Not inconclusive: the reference IOs open, write, fsync and rename through Python calls.
+    for check in REFUSAL_CHECKS:
+        check.run(PASSING[name])
+
+
+@pytest.mark.parametrize("fault", CKPT_6_FAULTS, ids=lambda f: f.__name__)
+def test_a_mishandled_refusal_is_rejected(fault: type[CheckpointIO]) -> None:
+    check = BY_NAME[fault.rejected_by]  # type: ignore[attr-defined]
+    with pytest.raises(CheckFailure) as caught:
+        check.run(_target(fault.__name__, fault, fault.capabilities))  # type: ignore[attr-defined]
+    assert caught.value.clause == "CKPT-6"
+    assert "refused" in caught.value.actual
+    assert "To reproduce:" in str(caught.value)
+
+
+def test_a_save_that_never_meets_a_refusal_is_inconclusive_not_passed() -> None:
+    from tests.conformance.faults.faults_checkpoint_io import PlainAtomicIO
+
+    class NoFsyncIO(PlainAtomicIO):
+        def sync(self, fd: int) -> None:
+            return None
+
+    check = BY_NAME["check_checkpoint_io_refused_fsync_raises_write_error_and_keeps_the_old"]
+    with pytest.raises(CheckSkipped, match="inconclusive"):
+        check.run(_target("NoFsyncIO", NoFsyncIO, frozenset({"local_paths"})))
+
+
+def test_injected_refusals_stay_inside_their_directory(tmp_path: Path) -> None:
+    from trainspec.conformance._storage_refusals import refusing
+
+    inside, outside = tmp_path / "inside", tmp_path / "outside"
+    inside.mkdir()
+    outside.mkdir()
+    with refusing("open", str(inside)) as refusals:
+        (outside / "f").write_bytes(b"ok")
+        with pytest.raises(PermissionError):
+            (inside / "f").write_bytes(b"refused")
+    assert refusals.fired == 1
+    (inside / "f").write_bytes(b"ok again")  # the patches are gone
+
+
+# --------------------------------------------------------------------------- CKPT-13 (issue 17)
+
+SPECIAL_FILE_CHECKS = [c for c in CHECKS if c.clause == "CKPT-13"]
+
+
+@pytest.mark.parametrize("check", SPECIAL_FILE_CHECKS, ids=lambda c: c.name)
+def test_a_third_party_io_that_refuses_special_files_passes(check: Check) -> None:
+    from tests.conformance.faults.faults_checkpoint_io import SpecialFileSafeIO
+
+    check.run(_target("SpecialFileSafeIO", SpecialFileSafeIO, frozenset({"local_paths"})))
+
+
+def test_the_kit_never_touches_real_device_nodes() -> None:
+    import os
+
+    before = os.stat("/dev/null")
+    for fault in CKPT_13_FAULTS:
+        with pytest.raises(CheckFailure):
+            BY_NAME[fault.rejected_by].run(  # type: ignore[attr-defined]
+                _target(fault.__name__, fault, fault.capabilities)  # type: ignore[attr-defined]
+            )
+    after = os.stat("/dev/null")
+    assert (after.st_ino, after.st_rdev, after.st_mode) == (
+        before.st_ino,
+        before.st_rdev,
+        before.st_mode,
+    )
+
+
+def test_special_file_checks_skip_stores_that_are_not_local() -> None:
+    target = _target("MemoryCheckpointIO", MemoryCheckpointIO, MEMORY)
+    for check in SPECIAL_FILE_CHECKS:
+        with pytest.raises(CheckSkipped, match="capability not declared: local_paths"):
+            check.run(target)
+
+
+def test_an_ignored_fsync_of_another_file_is_not_a_swallowed_refusal() -> None:
+    # A correct IO may fsync a side file and ignore its failure; only the checkpoint's own
+    # data must not be left undurable.
+    import os
+
+    from tests.conformance.faults.faults_checkpoint_io import PlainAtomicIO
+
+    class SideFileIO(PlainAtomicIO):
+        def save_checkpoint(self, checkpoint, path, storage_options=None):  # type: ignore[no-untyped-def]
+            side = os.path.join(os.path.dirname(os.path.abspath(path)), "journal")
+            os.makedirs(os.path.dirname(side), exist_ok=True)
+            with open(side, "ab") as file:
+                file.write(b"saving\n")
+                try:
+                    os.fsync(file.fileno())
+                except OSError:
+                    pass  # the journal is advisory
+            super().save_checkpoint(checkpoint, path, storage_options)
+
+        def sync(self, fd: int) -> None:
+            return None  # no fsync of the data: CKPT-6 does not demand one
+
+    check = BY_NAME["check_checkpoint_io_refused_fsync_raises_write_error_and_keeps_the_old"]
+    check.run(_target("SideFileIO", SideFileIO, frozenset({"local_paths"})))
+
+
+# --------------------------------------------------------------- ACKPT-1: the path (issue 17)
+
+RELATIVE_PATH_CHECK = "check_async_checkpoint_io_resolves_a_relative_path_at_call_time"
+
+
+class ResolvesAtWriteTimeAsyncIO(MiniAsyncCheckpointIO):
+    """Queues a relative path as given: the worker resolves it against the working directory
+    at write time (issue 17 item 8)."""
+
+    def resolve(self, path: PathLike) -> PathLike:
+        return path
+
+
+class RaisingAsyncIO(MiniAsyncCheckpointIO):
+    """Refuses every save at the call."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):  # type: ignore[no-untyped-def]
+        raise OSError("refused")
+
+
+def test_an_async_io_that_resolves_at_write_time_is_rejected() -> None:
+    import os
+
+    before = os.getcwd()
+    target = _target("ResolvesAtWriteTimeAsyncIO", ResolvesAtWriteTimeAsyncIO, ASYNC)
+    with pytest.raises(CheckFailure, match="working directory at write time") as caught:
+        BY_NAME[RELATIVE_PATH_CHECK].run(target)
+    assert caught.value.clause == "ACKPT-1"
+    assert "To reproduce:" in str(caught.value)
+    assert os.getcwd() == before
+
+
+@pytest.mark.parametrize("make", [BackgroundCheckpointIO, MiniAsyncCheckpointIO])
+def test_an_async_io_that_resolves_at_the_call_passes(make: Callable[[], CheckpointIO]) -> None:
+    import os
+
+    before = os.getcwd()
+    BY_NAME[RELATIVE_PATH_CHECK].run(_target(make.__name__, make, ASYNC))
+    assert os.getcwd() == before
+
+
+def test_the_working_directory_is_restored_when_the_save_raises() -> None:
+    import os
+
+    before = os.getcwd()
+    with pytest.raises(OSError, match="refused"):
+        BY_NAME[RELATIVE_PATH_CHECK].run(_target("RaisingAsyncIO", RaisingAsyncIO, ASYNC))
+    assert os.getcwd() == before
+
+
+def test_the_relative_path_check_skips_stores_that_are_not_local() -> None:
+    check = BY_NAME[RELATIVE_PATH_CHECK]
+    with pytest.raises(CheckSkipped, match="base_path is a URL"):
+        check.run(
+            _target(
+                "BackgroundCheckpointIO@memory://",
+                BackgroundCheckpointIO,
+                ASYNC,
+                base_path="memory://conformance",
+            )
+        )
+    with pytest.raises(CheckSkipped, match="capability not declared: local_paths"):
+        check.run(_target("BackgroundCheckpointIO", BackgroundCheckpointIO, frozenset({"async"})))
+
+
+def test_a_hung_async_io_does_not_keep_the_kit_in_its_working_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
+    from trainspec.conformance.checks.checkpoint_io import async_io
+
+    release = threading.Event()
+
+    class HangingAsyncIO(MiniAsyncCheckpointIO):
+        def wait(self) -> None:
+            release.wait()
+            super().wait()
+
+    monkeypatch.setattr(async_io, "_CWD_GUARD_S", 0.2)
+    before = os.getcwd()
+    try:
+        with pytest.raises(CheckFailure, match="had not returned") as caught:
+            BY_NAME[RELATIVE_PATH_CHECK].run(_target("HangingAsyncIO", HangingAsyncIO, ASYNC))
+        assert caught.value.clause == "ACKPT-1"
+        assert os.getcwd() == before, "the working directory is restored while the IO hangs"
+    finally:
+        release.set()

@@ -20,9 +20,9 @@ from tests.conformance.faults.faults_cluster_environment import (
 from trainspec.conformance.checks import cluster_environment as env_checks
 from trainspec.conformance.core import Check, CheckFailure, CheckSkipped, Target, checks_for
 from trainspec.conformance.fakes import SingleProcessEnvironment, StaticEnvironment
-from trainspec.reference.environments.local import LocalEnvironment
-from trainspec.reference.environments.slurm import SLURMEnvironment
-from trainspec.reference.environments.torchelastic import TorchElasticEnvironment
+from trainspec.reference.cluster_environments.local import LocalEnvironment
+from trainspec.reference.cluster_environments.slurm import SLURMEnvironment
+from trainspec.reference.cluster_environments.torchelastic import TorchElasticEnvironment
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

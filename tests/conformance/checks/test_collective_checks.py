@@ -9,6 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import pytest
+import torch
 
 from tests.conformance.faults.faults_collective import (
     FAULTS,
@@ -23,7 +24,10 @@ from trainspec.reference.collectives.single import SingleProcessCollective
 from trainspec.reference.collectives.torch_dist import TorchCollective
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from trainspec.collective import Collective
+    from trainspec.types import ReduceOp
 
 CHECKS = checks_for("collective")
 SINGLE_RANK = [c for c in CHECKS if c.layer != "distributed"]
@@ -133,3 +137,109 @@ def test_fault_is_rejected_by_the_check_of_its_clause(fault: type[Collective]) -
         assert message.startswith(f"{fault.__name__} must ")
         assert f"({clause}); got " in message
         assert "To reproduce:" in message and "collective" in caught.snippet
+
+
+# --------------------------------------------------------------------------- COLL-10 (issue 15)
+
+COLL_10 = [c for c in SINGLE_RANK if c.clause == "COLL-10"]
+
+
+def _world_targets(cls: type[ThreadCollective], world_size: int) -> list[Target[Collective]]:
+    world = ThreadWorld(world_size)
+    return [
+        Target(
+            "collective",
+            partial(cls, world),
+            name=f"{cls.__name__}[rank {rank}]",
+            options={"environment_factory": partial(_rank_environment, world_size, rank)},
+        )
+        for rank in range(world_size)
+    ]
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_broadcast_object_may_return_the_source_object_itself_on_the_source_rank(
+    world_size: int,
+) -> None:
+    # torch.distributed.broadcast_object_list leaves the source object in place: COLL-10 only
+    # asks for a new object on the *other* ranks.
+    from tests.conformance.faults.faults_collective import SourceKeepsObjectThreadCollective
+
+    assert COLL_10
+    for c in COLL_10:
+        outcomes = run_on_threads(c, _world_targets(SourceKeepsObjectThreadCollective, world_size))
+        assert outcomes == [None] * world_size, outcomes
+
+
+def test_broadcast_object_must_return_a_new_object_on_the_other_ranks() -> None:
+    from tests.conformance.faults.faults_collective import NonSourceReusesCallerThreadCollective
+
+    for c in COLL_10:
+        outcomes = run_on_threads(c, _world_targets(NonSourceReusesCallerThreadCollective, 2))
+        # Rank 1 is not the source of the first broadcast (src=0): it must be rejected there.
+        failed = [o for o in outcomes if isinstance(o, CheckFailure)]
+        assert failed and all(o.clause == "COLL-10" for o in failed), outcomes
+        assert any("new object" in o.expected for o in failed), outcomes
+
+
+# ------------------------------------------------------------- root-cause blame (issue 15)
+
+
+def _clauses_failed(target: Target[Collective]) -> set[str]:
+    failed: set[str] = set()
+    for c in SINGLE_RANK:
+        try:
+            c.run(target)
+        except CheckFailure as caught:
+            failed.add(caught.clause)
+        except CheckSkipped:
+            pass
+    return failed
+
+
+class _RefusesTimeouts(SingleProcessCollective):
+    """A collective without per-call timeouts: every operation refuses a non-None timeout."""
+
+    def barrier(self, *, timeout: timedelta | None = None) -> None:
+        if timeout is not None:
+            raise NotImplementedError("per-call timeouts are not supported")
+        super().barrier()
+
+    def all_reduce(
+        self,
+        tensor: torch.Tensor,
+        reduce_op: ReduceOp = "mean",
+        *,
+        timeout: timedelta | None = None,
+    ) -> torch.Tensor:
+        if timeout is not None:
+            raise NotImplementedError("per-call timeouts are not supported")
+        return super().all_reduce(tensor, reduce_op)
+
+
+def test_a_collective_without_per_call_timeouts_fails_only_the_timeout_clause() -> None:
+    failed = _clauses_failed(Target("collective", _RefusesTimeouts, name="RefusesTimeouts"))
+    assert failed == {"COLL-2"}, failed
+
+
+class _ReducesInPlace(SingleProcessCollective):
+    """Correct results, but all_reduce then doubles its input in place (a COLL-1 fault): a
+    check that reuses one input for two reductions would see the second one go wrong."""
+
+    def all_reduce(
+        self,
+        tensor: torch.Tensor,
+        reduce_op: ReduceOp = "mean",
+        *,
+        timeout: timedelta | None = None,
+    ) -> torch.Tensor:
+        result = super().all_reduce(tensor, reduce_op, timeout=timeout)
+        if tensor.dtype != torch.bool:
+            tensor.mul_(2)
+        return result
+
+
+def test_an_in_place_reduction_is_blamed_on_the_input_rule_not_on_the_mean_rule() -> None:
+    failed = _clauses_failed(Target("collective", _ReducesInPlace, name="ReducesInPlace"))
+    assert "COLL-1" in failed
+    assert "COLL-6" not in failed, failed

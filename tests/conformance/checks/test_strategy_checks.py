@@ -190,3 +190,52 @@ def test_two_rank_faults_are_rejected_on_every_rank(
     assert all(isinstance(o, CheckFailure) and o.clause == clause for o in outcomes), outcomes
     single = Target("strategy", partial(cls, ThreadWorld(1), 0))
     check.run(single)  # the same fault passes on a world of one
+
+
+class _SourceKeepsObject(ThreadDataParallelStrategy):
+    """CORRECT: broadcast_object returns the caller's own object on the source rank, as
+    torch.distributed.broadcast_object_list does (COLL-10 asks a new object elsewhere only)."""
+
+    def broadcast_object(self, obj, src=0, *, timeout=None):  # type: ignore[no-untyped-def]
+        result = super().broadcast_object(obj, src, timeout=timeout)
+        return obj if self.global_rank == src else result
+
+
+class _NonSourceReusesCaller(ThreadDataParallelStrategy):
+    """On ranks other than src, broadcast_object refills and returns the caller's dict."""
+
+    def broadcast_object(self, obj, src=0, *, timeout=None):  # type: ignore[no-untyped-def]
+        result = super().broadcast_object(obj, src, timeout=timeout)
+        if self.global_rank != src and isinstance(obj, dict) and isinstance(result, dict):
+            obj.clear()
+            obj.update(result)
+            return obj
+        return result
+
+
+def _strat_12_behaviour() -> list[Check]:
+    found = [c for c in CHECKS if c.clause == "STRAT-12" and c.layer == "behaviour"]
+    assert found
+    return found
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_strategy_broadcast_object_may_return_the_source_object_on_the_source_rank(
+    world_size: int,
+) -> None:
+    world = ThreadWorld(world_size)
+    targets: list[Target[Strategy]] = [
+        Target("strategy", partial(_SourceKeepsObject, world, rank)) for rank in range(world_size)
+    ]
+    for check in _strat_12_behaviour():
+        assert run_on_threads(check, targets) == [None] * world_size
+
+
+def test_strategy_broadcast_object_must_return_a_new_object_on_other_ranks() -> None:
+    world = ThreadWorld(2)
+    targets: list[Target[Strategy]] = [
+        Target("strategy", partial(_NonSourceReusesCaller, world, rank)) for rank in range(2)
+    ]
+    outcomes = [o for c in _strat_12_behaviour() for o in run_on_threads(c, targets)]
+    failed = [o for o in outcomes if isinstance(o, CheckFailure)]
+    assert failed and all(o.clause == "STRAT-12" for o in failed), outcomes

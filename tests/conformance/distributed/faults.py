@@ -10,18 +10,20 @@ level so that every rank of a world can import it.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch.utils.data import DataLoader
 
 from tests.conformance.distributed.targets import COLLECTIVE_TIMEOUT
 from trainspec.conformance.core import CheckFailure, CheckSkipped, Target
+from trainspec.errors import ConfigurationError
 from trainspec.reference.collectives.torch_dist import TorchCollective
 from trainspec.reference.strategies.ddp import DDPStrategy
 
@@ -99,6 +101,119 @@ class SegfaultingCollective(TorchCollective):
         return super().all_reduce(tensor, reduce_op, timeout=timeout)
 
 
+def _hang_forever_everywhere() -> None:
+    while True:
+        time.sleep(0.05)
+
+
+class HangingEverywhereBarrierCollective(TorchCollective):
+    """barrier never returns on any rank (a plugin that hangs in every barrier)."""
+
+    def barrier(self, *, timeout: timedelta | None = None) -> None:
+        _hang_forever_everywhere()
+
+
+class RaisingOnLastRankAllGatherCollective(TorchCollective):
+    """all_gather raises its own RuntimeError on the last rank, before the collective: the
+    other ranks' all_gather times out, an echo of the last rank's error."""
+
+    def all_gather(
+        self, tensor: torch.Tensor, *, timeout: timedelta | None = None
+    ) -> list[torch.Tensor]:
+        if self.rank == self.world_size - 1:
+            raise RuntimeError("the last rank's own all_gather bug")
+        return super().all_gather(tensor, timeout=timeout)
+
+
+class GroupKeepingCollective(TorchCollective):
+    """teardown forgets the process group without destroying it (COLL-5 / STRAT-4); a later
+    setup adopts the group that is still there, so the lifecycle seems to work."""
+
+    def teardown(self) -> None:
+        self._group = None
+        self._owns_group = False
+
+
+class RaisingTeardownCollective(TorchCollective):
+    """teardown releases the group, then raises (COLL-5: teardown must not raise)."""
+
+    def teardown(self) -> None:
+        super().teardown()
+        raise RuntimeError("teardown went wrong after releasing the group")
+
+
+_TIMEOUT_TAKING = (
+    "all_reduce",
+    "all_gather",
+    "broadcast",
+    "broadcast_object",
+    "all_gather_object",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "all_to_all",
+    "barrier",
+)
+
+
+def _refusing_timeouts(cls: type[_T], names: tuple[str, ...]) -> type[_T]:
+    """``cls`` whose operations ``names`` raise ConfigurationError for any ``timeout=``
+    other than None (a correct plugin in every respect but COLL-2's per-call timeouts)."""
+
+    def refusing(name: str) -> Any:
+        original = getattr(cls, name)
+
+        @functools.wraps(original)
+        def operation(self: object, *args: object, **kwargs: object) -> object:
+            if kwargs.get("timeout") is not None:
+                raise ConfigurationError(f"{name}: per-call timeouts are not supported")
+            return original(self, *args, **kwargs)
+
+        return operation
+
+    for name in names:
+        setattr(cls, name, refusing(name))
+    return cls
+
+
+def _ignoring_timeouts(cls: type[_T]) -> type[_T]:
+    """``cls`` whose operations drop ``timeout=`` (always the default timeout set at
+    construction): correct in every respect but COLL-2's per-call timeouts."""
+
+    def ignoring(name: str) -> Any:
+        original = getattr(cls, name)
+
+        @functools.wraps(original)
+        def operation(self: object, *args: object, **kwargs: object) -> object:
+            kwargs.pop("timeout", None)
+            return original(self, *args, **kwargs)
+
+        return operation
+
+    for name in _TIMEOUT_TAKING:
+        setattr(cls, name, ignoring(name))
+    return cls
+
+
+@_ignoring_timeouts
+class TimeoutIgnoringCollective(TorchCollective):
+    """Every operation ignores its timeout argument (COLL-2 only)."""
+
+
+@functools.partial(_refusing_timeouts, names=_TIMEOUT_TAKING)
+class TimeoutRefusingCollective(TorchCollective):
+    """Every operation raises ConfigurationError when given a timeout (COLL-2 only)."""
+
+
+@functools.partial(
+    _refusing_timeouts,
+    names=("all_reduce", "all_gather", "broadcast", "broadcast_object", "barrier"),
+)
+class TimeoutRefusingStrategy(DDPStrategy):
+    """Every strategy collective raises ConfigurationError when given a timeout (STRAT-12's
+    timeout check only)."""
+
+
 def wrong_order_all_gather() -> TorchCollective:
     return WrongOrderAllGatherCollective(timeout=COLLECTIVE_TIMEOUT)
 
@@ -117,6 +232,31 @@ def hanging_barrier() -> TorchCollective:
 
 def segfaulting_all_reduce() -> TorchCollective:
     return SegfaultingCollective(timeout=timedelta(seconds=10))
+
+
+def hanging_barrier_everywhere() -> TorchCollective:
+    return HangingEverywhereBarrierCollective(timeout=timedelta(seconds=3))
+
+
+def raising_on_last_rank_all_gather() -> TorchCollective:
+    return RaisingOnLastRankAllGatherCollective(timeout=timedelta(seconds=3))
+
+
+def group_keeping_collective() -> TorchCollective:
+    return GroupKeepingCollective(timeout=COLLECTIVE_TIMEOUT)
+
+
+def raising_teardown_collective() -> TorchCollective:
+    return RaisingTeardownCollective(timeout=COLLECTIVE_TIMEOUT)
+
+
+def timeout_ignoring_collective() -> TorchCollective:
+    """Its default timeout (15 s) is what a timeout=1s call waits instead."""
+    return TimeoutIgnoringCollective(timeout=timedelta(seconds=15))
+
+
+def timeout_refusing_collective() -> TorchCollective:
+    return TimeoutRefusingCollective(timeout=COLLECTIVE_TIMEOUT)
 
 
 # --------------------------------------------------------------------------- strategies
@@ -147,6 +287,18 @@ class OverlappingSamplerStrategy(DDPStrategy):
 
 def _cpu_ranks() -> list[torch.device]:
     return [torch.device("cpu")] * int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def group_keeping_strategy() -> DDPStrategy:
+    """The reference DDP strategy whose collective's teardown never destroys the process
+    group: its teardown() leaves the default group initialized (STRAT-4)."""
+    strategy = DDPStrategy(parallel_devices=_cpu_ranks(), timeout=COLLECTIVE_TIMEOUT)
+    strategy._collective = GroupKeepingCollective(timeout=COLLECTIVE_TIMEOUT)
+    return strategy
+
+
+def timeout_refusing_strategy() -> DDPStrategy:
+    return TimeoutRefusingStrategy(parallel_devices=_cpu_ranks(), timeout=COLLECTIVE_TIMEOUT)
 
 
 def every_rank_saves() -> DDPStrategy:
@@ -252,6 +404,8 @@ def check_that_the_distributed_checks_skip_without_the_harness(target: Target[ob
         try:
             check.run(bare)
         except CheckSkipped as skipped:
+            if not check.requires <= bare.capabilities:
+                continue  # skipped for a capability the target lacks: it did not run either
             if "at least 2 ranks" not in skipped.reason or skipped.reason != NEEDS_HARNESS:
                 raise AssertionError(f"{check.name} skipped for {skipped.reason!r}") from None
         else:
@@ -268,3 +422,27 @@ def check_exchange_gathers_in_rank_order(target: Target[object]) -> None:
     assert context.exchange(context.rank * 10) == [0, 10]
     assert os.environ["MASTER_PORT"] == str(context.main_port)
     assert os.path.isdir(context.shared_dir)
+
+
+def check_raises_its_own_error_on_rank_one(target: Target[object]) -> None:
+    """Rank 1 raises its own error; rank 0 waits for it in the harness's exchange and gets
+    PeerFailureError, an echo of rank 1's."""
+    from trainspec.conformance.distributed.context import RANK_CONTEXT_OPTION, RankContext
+
+    context = target.options[RANK_CONTEXT_OPTION]
+    assert isinstance(context, RankContext)
+    if context.rank == 1:
+        raise ValueError("rank 1's own mistake")
+    context.barrier()
+
+
+def check_hangs_while_making_the_target_on_rank_one(target: Target[object]) -> None:
+    """Every rank makes the target; on rank 1 the factory never returns."""
+    target.make()
+
+
+def never_returning_factory() -> TorchCollective:
+    if _rank() == 1:
+        while True:
+            time.sleep(0.05)
+    return TorchCollective(timeout=COLLECTIVE_TIMEOUT)

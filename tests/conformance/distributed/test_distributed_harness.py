@@ -41,11 +41,13 @@ STRATEGY = TargetSpec(
 
 def _children() -> set[int]:
     """This process's descendants, except multiprocessing's resource tracker (one per
-    process that uses multiprocessing, owned by Python, not by the harness)."""
+    process that uses multiprocessing, owned by Python, not by the harness) and the CKPT-3
+    kill server (one per process that ran a kill check, closed at exit; not the world's)."""
     found = set()
     for child in psutil.Process().children(recursive=True):
         try:
-            if "resource_tracker" in " ".join(child.cmdline()):
+            command = " ".join(child.cmdline())
+            if "resource_tracker" in command or "_checkpoint_kill.py" in command:
                 continue
             if child.status() == psutil.STATUS_ZOMBIE:
                 continue
@@ -230,6 +232,41 @@ def test_reference_ddp_strategy_passes_every_check_on_two_ranks(world: World) ->
         assert ("distributed", clause) in passed
 
 
+def test_the_ranks_derive_their_kinds_modules_and_checks_from_the_kinds_table(
+    world: World,
+) -> None:
+    from trainspec.conformance.core import checks_for
+    from trainspec.conformance.distributed import _worker
+    from trainspec.conformance.distributed.verify import DEFAULT_LAYERS, DISTRIBUTED_KINDS
+    from trainspec.conformance.kinds import KIND_TABLE
+
+    with_ranks = [kind for kind, spec in KIND_TABLE.items() if spec.distributed_check_modules]
+    assert list(DISTRIBUTED_KINDS) == with_ranks
+    for kind in with_ranks:
+        spec = KIND_TABLE[kind]
+        modules = {*spec.check_modules, *spec.distributed_check_modules}
+        assert modules <= set(_worker.DEFAULT_PRELOAD)
+    for target in (COLLECTIVE, STRATEGY):
+        plan = world.plan(target, DEFAULT_LAYERS, None, 120)
+        planned = [c["name"] for c in plan["checks"]]  # type: ignore[attr-defined]
+        expected = checks_for(target.kind, distributed=True)
+        assert planned == [c.name for c in expected if c.layer in DEFAULT_LAYERS]
+
+
+def test_the_report_lists_the_effective_capabilities(world: World) -> None:
+    """Declared on the implementation and inferred on the ranks, not only those given."""
+    from trainspec.conformance.builtin_targets import ddp_strategy_for_this_world
+    from trainspec.conformance.kinds import infer_structural
+
+    factory = "trainspec.conformance.builtin_targets:ddp_strategy_for_this_world"
+    report = verify_distributed(
+        TargetSpec("strategy", factory), world=world, select=["STRAT-2"], timeout_s=120
+    )
+    inferred = infer_structural("strategy", ddp_strategy_for_this_world())
+    assert inferred  # DDPStrategy implements optional protocols
+    assert set(report.targets[0].capabilities) == {"data_parallel", *inferred}
+
+
 def test_the_distributed_checks_skip_without_the_harness(world: World) -> None:
     for spec in (COLLECTIVE, STRATEGY):
         check = f"{_HERE}.faults:check_that_the_distributed_checks_skip_without_the_harness"
@@ -327,7 +364,227 @@ def test_verify_distributed_reports_faults_in_the_kits_report(world: World) -> N
     assert [r.status for r in expected.results if r.check == fault.check] == ["xfailed"]
 
 
+# --------------------------------------------------------------------------- each clause alone
+
+
+def _distributed_checks(kind: str) -> list[str]:
+    """The functional distributed checks of ``kind`` (the collective and strategy modules)."""
+    from trainspec.conformance.distributed.checks import DISTRIBUTED_CHECKS
+
+    module = f"trainspec.conformance.distributed.checks.{kind}"
+    return [c.name for c in DISTRIBUTED_CHECKS if c.kind == kind and c.func.__module__ == module]
+
+
+@pytest.mark.parametrize(
+    ("spec", "timeout_check"),
+    [
+        (
+            TargetSpec("collective", f"{_HERE}.faults:timeout_refusing_collective"),
+            "check_collective_all_reduce_raises_timeout_error_within_its_timeout",
+        ),
+        (
+            TargetSpec("collective", f"{_HERE}.faults:timeout_ignoring_collective"),
+            "check_collective_all_reduce_raises_timeout_error_within_its_timeout",
+        ),
+        (
+            dataclasses.replace(STRATEGY, factory=f"{_HERE}.faults:timeout_refusing_strategy"),
+            "check_strategy_barrier_raises_timeout_error_within_its_timeout",
+        ),
+    ],
+    ids=["collective-refusing", "collective-ignoring", "strategy-refusing"],
+)
+def test_a_plugin_without_per_call_timeouts_fails_only_the_timeout_check(
+    world: World, spec: TargetSpec, timeout_check: str
+) -> None:
+    """Only the timeout checks pass timeout=; the others leave hangs to the watchdog."""
+    report = verify_distributed(
+        spec, world=world, select=_distributed_checks(spec.kind), timeout_s=120
+    )
+    bad = {r.check: r.message for r in report.results if r.status in FAILING_STATUSES}
+    assert set(bad) == {timeout_check}, bad
+    assert "ConfigurationError" in bad[timeout_check] or "only after" in bad[timeout_check]
+    ran = [r for r in report.results if r.layer != "structure"]
+    assert len(ran) == len(_distributed_checks(spec.kind))
+    assert all(r.status in ("passed", "failed", "skipped") for r in ran)
+
+
+# --------------------------------------------------------------------------- observe, not repair
+
+
+@pytest.mark.parametrize(
+    ("spec", "reference", "check", "clause"),
+    [
+        (
+            TargetSpec("collective", f"{_HERE}.faults:group_keeping_collective"),
+            COLLECTIVE,
+            "check_collective_ranks_are_distinct_and_in_all_gather_order",
+            "COLL-5",
+        ),
+        (
+            TargetSpec("strategy", f"{_HERE}.faults:group_keeping_strategy"),
+            STRATEGY,
+            "check_strategy_ranks_agree_across_ranks",
+            "STRAT-4",
+        ),
+    ],
+    ids=["collective", "strategy"],
+)
+def test_a_teardown_that_leaves_the_process_group_fails_the_lifecycle_clause(
+    world: World, spec: TargetSpec, reference: TargetSpec, check: str, clause: str
+) -> None:
+    result = world.run(check, spec)
+    assert result.status == "passed", result.message  # the check's own clause holds
+    [problem] = result.teardown_problems
+    assert problem.startswith("on ranks 0, 1: the default torch.distributed process group")
+    report = verify_distributed(spec, world=world, select=[check])
+    rows = {r.check: r for r in report.results}
+    assert rows[check].status == "passed"
+    lifecycle = rows[f"teardown:{check}"]
+    assert (lifecycle.status, lifecycle.clause) == ("failed", clause)
+    assert "process group" in lifecycle.message
+    assert not report.ok
+    # Reported once per run, for the first check that leaves it.
+    two = [check, "check_collective_barrier_waits_for_the_last_rank"]
+    if spec.kind == "strategy":
+        two[1] = "check_strategy_barrier_waits_for_the_last_rank"
+    twice = verify_distributed(spec, world=world, select=two)
+    assert [r.check for r in twice.results if r.check.startswith("teardown:")] == [
+        f"teardown:{check}"
+    ]
+    # The harness cleaned up after observing: a correct target runs clean right after.
+    after = world.run(check, reference)
+    assert after.status == "passed", after.message
+    assert after.teardown_problems == ()
+
+
+def test_a_teardown_that_raises_fails_the_lifecycle_clause_not_the_check(world: World) -> None:
+    spec = TargetSpec("collective", f"{_HERE}.faults:raising_teardown_collective")
+    check = "check_collective_all_gather_matches_direct_computation"
+    result = world.run(check, spec)
+    assert result.status == "passed", result.message
+    [problem] = result.teardown_problems
+    assert problem.startswith("on ranks 0, 1: RaisingTeardownCollective.teardown() raised")
+    report = verify_distributed(spec, world=world, select=[check])
+    rows = {r.check: r for r in report.results}
+    assert (rows[check].status, rows[check].clause) == ("passed", "COLL-8")
+    lifecycle = rows[f"teardown:{check}"]
+    assert (lifecycle.status, lifecycle.clause) == ("failed", "COLL-5")
+    assert "teardown went wrong" in lifecycle.message
+
+
+# --------------------------------------------------------------------------- blame and hangs
+
+
+def test_the_headline_names_the_primary_rank_not_its_echo(world: World) -> None:
+    result = world.run(f"{_HERE}.faults:check_raises_its_own_error_on_rank_one", COLLECTIVE)
+    assert result.status == "error"
+    assert result.ranks[0].secondary  # PeerFailureError: rank 1 left the exchange
+    assert not result.ranks[1].secondary
+    assert result.message.splitlines()[0] == "ValueError: rank 1's own mistake"
+    spec = TargetSpec("collective", f"{_HERE}.faults:raising_on_last_rank_all_gather")
+    plugin = world.run("check_collective_ranks_are_distinct_and_in_all_gather_order", spec, 60)
+    assert plugin.status == "failed", plugin.message
+    summary = plugin.message.split("\n\n")[0]
+    assert "CollectiveTimeoutError" in summary  # rank 0's echo is kept, after the cause
+    assert summary.index("on rank 1:") < summary.index("on rank 0:"), summary
+
+
+def test_a_member_that_hung_blocks_the_later_checks_that_call_it(world: World) -> None:
+    spec = TargetSpec("collective", f"{_HERE}.faults:hanging_barrier_everywhere")
+    first = "check_collective_barrier_returns_once_every_rank_arrived"
+    hung = world.run(first, spec, 10)
+    assert hung.status == "failed"
+    assert hung.timed_out_ranks == (0, 1)
+    assert hung.hung_in == ("barrier",)
+    assert "hung inside barrier()" in hung.message
+    assert set(world.blocked_members(spec)) == {"barrier"}
+    again = world.run("check_collective_barrier_waits_for_the_last_rank", spec, 10)
+    assert again.status == "blocked", again.message
+    assert "barrier()" in again.message and first in again.message
+    assert not again.restarted  # it stopped at the call instead of hanging
+    untouched = world.run("check_collective_all_gather_matches_direct_computation", spec, 60)
+    assert untouched.status == "passed", untouched.message
+    # In a report: checks of other clauses that call barrier() are blocked with the cause.
+    others = [
+        "check_collective_operations_accept_a_timeout",
+        "check_collective_peer_that_leaves_makes_others_raise_collective_error",
+    ]
+    report = verify_distributed(spec, world=world, select=others, timeout_s=10)
+    rows = {r.check: r for r in report.results if r.check in others}
+    assert {name: row.status for name, row in rows.items()} == dict.fromkeys(others, "blocked")
+    assert all(first in row.message for row in rows.values())
+    assert world.blocked_members(COLLECTIVE) == {}  # other targets are not affected
+
+
+def test_a_factory_that_hung_blocks_every_later_check_of_the_target(world: World) -> None:
+    spec = TargetSpec("collective", f"{_HERE}.faults:never_returning_factory")
+    hung = world.run(f"{_HERE}.faults:check_hangs_while_making_the_target_on_rank_one", spec, 10)
+    assert hung.status == "failed"
+    assert hung.timed_out_ranks == (1,)
+    later = world.run("check_collective_all_gather_matches_direct_computation", spec, 10)
+    assert later.status == "blocked"
+    assert "never_returning_factory" in later.message
+    assert [r.status for r in later.ranks] == ["blocked", "blocked"]
+
+
+# --------------------------------------------------------------------------- launch failures
+
+
+@pytest.mark.parametrize("fault", ["exit", "hang"])
+def test_a_rank_that_dies_or_hangs_loading_the_factory_fails_the_target_in_its_report(
+    fault: str,
+) -> None:
+    env = {"OMP_NUM_THREADS": "1", "TRAINSPEC_TEST_FAULT_AT_IMPORT": fault}
+    with World(2, env=env) as faulty:
+        target = ("collective", f"{_HERE}.import_faults:torch_collective")
+        report = verify_distributed(target, world=faulty, timeout_s=10)
+    assert not report.ok
+    [problem] = report.targets[0].problems
+    assert "rank 0" in problem
+    assert ("exit code 7" if fault == "exit" else "within the timeout of 10 s") in problem
+
+
+def test_ranks_that_cannot_be_started_fail_the_target_in_its_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import multiprocessing.context
+
+    def refuse(self: object) -> None:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", refuse)
+    report = verify_distributed(COLLECTIVE, world_size=2)
+    assert not report.ok
+    [problem] = report.targets[0].problems
+    assert "rank 0 of 2 could not be started" in problem
+    assert "BlockingIOError" in problem
+
+
+def test_a_world_larger_than_the_machine_can_run_is_refused_naming_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trainspec.conformance.distributed import MAX_WORLD_SIZE_VARIABLE, max_world_size
+
+    monkeypatch.delenv(MAX_WORLD_SIZE_VARIABLE, raising=False)
+    limit = max_world_size()
+    assert limit >= 8
+    with pytest.raises(ConfigurationError, match=f"at most {limit} ") as caught:
+        World(9999)
+    assert MAX_WORLD_SIZE_VARIABLE in str(caught.value)
+    monkeypatch.setenv(MAX_WORLD_SIZE_VARIABLE, "3")
+    with pytest.raises(ConfigurationError, match="at most 3 "):
+        verify_distributed(COLLECTIVE, world_size=4)
+    World(3).close()  # within the limit: nothing starts until used
+    monkeypatch.setenv(MAX_WORLD_SIZE_VARIABLE, "lots")
+    with pytest.raises(ConfigurationError, match=MAX_WORLD_SIZE_VARIABLE):
+        World(2)
+
+
+# --------------------------------------------------------------------------- last: closing
+
+
 def test_closing_the_world_leaves_no_process_behind(world: World) -> None:
+    world.start()  # running again if the last check before restarted it
     pids = world.pids
     assert len(pids) == 2 and all(_alive(pid) for pid in pids)
     descendants = {p.pid for p in psutil.Process().children(recursive=True)}

@@ -294,11 +294,22 @@ class SetupOnceAccelerator(_IndexedFault):
 class SynchronizeAnyTypeAccelerator(_CPUFault):
     """synchronize() is a no-op that accepts a device of any type."""
 
-    clause = "ACC-9"
+    clause = "ACC-7"
     rejected_by = "check_accelerator_synchronize_refuses_another_device_type"
 
     def synchronize(self, device: torch.device) -> None:
         return None
+
+
+class SynchronizeReturnsStatusAccelerator(_CPUFault):
+    """synchronize() returns True (a status) instead of None."""
+
+    clause = "ACC-9"
+    rejected_by = "check_accelerator_synchronize_waits_for_queued_work"
+
+    def synchronize(self, device: torch.device) -> None:
+        super().synchronize(device)
+        return True  # type: ignore[return-value]
 
 
 class NaNStatsAccelerator(_CPUFault):
@@ -314,7 +325,7 @@ class NaNStatsAccelerator(_CPUFault):
 class StatsAnyTypeAccelerator(_IndexedFault):
     """get_device_stats answers for a device of another type."""
 
-    clause = "ACC-10"
+    clause = "ACC-7"
     rejected_by = "check_accelerator_device_stats_refuse_another_device_type"
 
     def get_device_stats(self, device: torch.device) -> dict[str, float]:
@@ -360,6 +371,7 @@ FAULTS: tuple[type[_CPUFault | _IndexedFault], ...] = (
     TeardownNeedsSetupAccelerator,
     SetupOnceAccelerator,
     SynchronizeAnyTypeAccelerator,
+    SynchronizeReturnsStatusAccelerator,
     NaNStatsAccelerator,
     StatsAnyTypeAccelerator,
 )

@@ -12,9 +12,11 @@ every time instead of by chance.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shutil
+import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,7 +25,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from trainspec.checkpoint_io import AsyncCheckpointIO, CheckpointIO
-from trainspec.errors import CheckpointWriteError, LifecycleError
+from trainspec.errors import (
+    CheckpointCorruptedError,
+    CheckpointNotFoundError,
+    CheckpointWriteError,
+    LifecycleError,
+)
 from trainspec.reference.checkpoint_io import (
     MemoryCheckpointIO,
     SafetensorsCheckpointIO,
@@ -77,6 +84,13 @@ class MiniAsyncCheckpointIO(AsyncCheckpointIO):
     def snapshot(self, checkpoint: Checkpoint) -> Checkpoint:
         return copy.deepcopy(checkpoint)
 
+    def resolve(self, path: PathLike) -> PathLike:
+        """A relative local path names a file in the working directory of the call (ACKPT-1)."""
+        text = os.fspath(path)
+        if "://" in text or "::" in text or os.path.isabs(text):
+            return path
+        return os.path.join(os.getcwd(), text)
+
     def write(self, checkpoint: Checkpoint, path: PathLike, options: StorageOptions) -> None:
         if self.write_delay_s:
             time.sleep(self.write_delay_s)
@@ -114,6 +128,7 @@ class MiniAsyncCheckpointIO(AsyncCheckpointIO):
         self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
     ) -> None:
         self.raise_error()
+        path = self.resolve(path)
         snap = self.snapshot(checkpoint)
         options = dict(storage_options) if storage_options is not None else None
         with self.lock:
@@ -301,6 +316,72 @@ class InPlaceTorchIO(_TorchFault):
             raise CheckpointWriteError(f"cannot write {target}: {exc}") from exc
 
 
+class _StagesInTmpdirTorchIO(_TorchFault):
+    """Writes the new checkpoint to a temporary file in $TMPDIR, then moves it over the target."""
+
+    def move(self, source: str, target: str) -> None:
+        raise NotImplementedError
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        if storage_options:
+            raise TypeError(f"unsupported storage_options {sorted(storage_options)}")
+        target = os.fspath(path)
+        handle, staged = tempfile.mkstemp(suffix=".ckpt")  # in $TMPDIR: maybe another device
+        os.close(handle)
+        try:
+            torch.save(checkpoint, staged)
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+            self.move(staged, target)
+        except OSError as exc:
+            raise CheckpointWriteError(f"cannot write {target}: {exc}") from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(staged)
+
+
+class StagesInTmpdirReplaceTorchIO(_StagesInTmpdirTorchIO):
+    """Stages in $TMPDIR and os.replace()s over the target: refused across file systems."""
+
+    clause = "CKPT-3"
+    rejected_by = "check_checkpoint_io_saves_are_atomic_on_another_file_system_than_tmpdir"
+
+    def move(self, source: str, target: str) -> None:
+        os.replace(source, target)
+
+
+class StagesInTmpdirMoveTorchIO(_StagesInTmpdirTorchIO):
+    """Stages in $TMPDIR and shutil.move()s over the target: across file systems that copies
+    onto the target in place (not atomic)."""
+
+    clause = "CKPT-3"
+    rejected_by = "check_checkpoint_io_killed_save_leaves_old_or_new_checkpoint"
+
+    def move(self, source: str, target: str) -> None:
+        shutil.move(source, target)
+
+
+class RemovesFirstTorchIO(_TorchFault):
+    """Removes the old checkpoint, then renames the new one in: a kill between the two leaves
+    no checkpoint at all."""
+
+    clause = "CKPT-3"
+    rejected_by = "check_checkpoint_io_killed_save_leaves_old_or_new_checkpoint"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        target = os.fspath(path)
+        staged = target + ".partial"
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        torch.save(checkpoint, staged)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(target)
+        time.sleep(0.001)  # the window a kill finds: no checkpoint at all
+        os.rename(staged, target)
+
+
 class BackupLeavingTorchIO(_TorchFault):
     """Copies the previous checkpoint to "<path>.bak" before each save and never removes it."""
 
@@ -347,7 +428,7 @@ class RawOSErrorTorchIO(_TorchFault):
     """Creates the parent directory itself and lets the raw OSError escape."""
 
     clause = "CKPT-6"
-    rejected_by = "check_checkpoint_io_refused_write_raises_checkpoint_write_error"
+    rejected_by = "check_checkpoint_io_refused_parent_path_raises_checkpoint_write_error"
 
     def save_checkpoint(
         self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
@@ -536,6 +617,9 @@ FAULTS: tuple[type[CheckpointIO], ...] = (
     DropsNonTensorsSafetensorsIO,
     NoParentsTorchIO,
     InPlaceTorchIO,
+    StagesInTmpdirReplaceTorchIO,
+    StagesInTmpdirMoveTorchIO,
+    RemovesFirstTorchIO,
     BackupLeavingTorchIO,
     MutatingTorchIO,
     IgnoresStorageOptionsTorchIO,
@@ -555,3 +639,266 @@ FAULTS: tuple[type[CheckpointIO], ...] = (
 )
 """Every fault-seeded checkpoint IO; ``clause`` / ``rejected_by`` / ``capabilities`` say how
 it must be rejected."""
+
+
+# --------------------------------------------------------------------------- third-party shaped
+
+
+class PlainAtomicIO(CheckpointIO):
+    """A CORRECT, minimal third-party IO written against the protocol only (no reference
+    base): torch.save to a temporary file in the target's directory (locked while written),
+    fsync, os.replace; a save removes the unlocked temporary files of killed writers."""
+
+    @staticmethod
+    def _remove_stale(directory: str, prefix: str) -> None:
+        import fcntl
+
+        for name in os.listdir(directory):
+            if not name.startswith(prefix):
+                continue
+            try:
+                with open(os.path.join(directory, name), "rb") as stale:
+                    fcntl.flock(stale.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    os.remove(os.path.join(directory, name))  # its writer is gone
+            except OSError:
+                continue  # a live writer holds it, or it is already gone
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        import fcntl
+
+        if storage_options:
+            raise TypeError(f"unsupported storage_options {sorted(storage_options)}; none are")
+        target = os.path.abspath(os.fspath(path))
+        directory, prefix = os.path.dirname(target), f".{os.path.basename(target)}.plain-"
+        try:
+            os.makedirs(directory, exist_ok=True)
+            self._remove_stale(directory, prefix)
+            handle, staged = tempfile.mkstemp(dir=directory, prefix=prefix)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as exc:
+            raise CheckpointWriteError(f"cannot write {target}: {exc}") from exc
+        try:
+            with os.fdopen(handle, "wb") as file:
+                torch.save(checkpoint, file)
+                file.flush()
+                self.sync(file.fileno())
+            self.commit(staged, target)
+        except OSError as exc:
+            raise self.translate(exc, target) from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(staged)
+
+    # The steps the CKPT-6 faults override.
+
+    def sync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def commit(self, staged: str, target: str) -> None:
+        os.replace(staged, target)
+
+    def translate(self, exc: OSError, target: str) -> Exception:
+        return CheckpointWriteError(f"cannot write {target}: {exc}")
+
+    def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
+        target = os.fspath(path)
+        try:
+            loaded: Checkpoint = torch.load(target, map_location=map_location, weights_only=True)
+        except FileNotFoundError as exc:
+            raise CheckpointNotFoundError(f"no checkpoint at {target}") from exc
+        except Exception as exc:
+            raise CheckpointCorruptedError(f"{target} is not a complete checkpoint") from exc
+        return loaded
+
+    def remove_checkpoint(self, path: PathLike) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.fspath(path))
+
+    def teardown(self) -> None:
+        return None
+
+
+class PlainInPlaceIO(PlainAtomicIO):
+    """Third-party shaped, not atomic: torch.save straight onto the path."""
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        target = os.fspath(path)
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        torch.save(checkpoint, target)
+
+
+class SwallowsRenameFailureIO(PlainAtomicIO):
+    """Ignores a refused final rename: nothing is written, and no error is raised."""
+
+    clause: ClassVar[str] = "CKPT-6"
+    rejected_by: ClassVar[str] = (
+        "check_checkpoint_io_refused_rename_raises_write_error_and_keeps_the_old"
+    )
+    capabilities: ClassVar[frozenset[str]] = frozenset({"local_paths"})
+
+    def commit(self, staged: str, target: str) -> None:
+        with contextlib.suppress(OSError):
+            super().commit(staged, target)
+
+
+class SwallowsFsyncFailureIO(PlainAtomicIO):
+    """Ignores a failed fsync and commits data that may never reach the disk."""
+
+    clause: ClassVar[str] = "CKPT-6"
+    rejected_by: ClassVar[str] = (
+        "check_checkpoint_io_refused_fsync_raises_write_error_and_keeps_the_old"
+    )
+    capabilities: ClassVar[frozenset[str]] = frozenset({"local_paths"})
+
+    def sync(self, fd: int) -> None:
+        with contextlib.suppress(OSError):
+            super().sync(fd)
+
+
+class RawOSErrorOnRefusalIO(PlainAtomicIO):
+    """Lets storage's OSError escape instead of raising CheckpointWriteError."""
+
+    clause: ClassVar[str] = "CKPT-6"
+    rejected_by: ClassVar[str] = (
+        "check_checkpoint_io_refused_write_raises_write_error_and_keeps_the_old"
+    )
+    capabilities: ClassVar[frozenset[str]] = frozenset({"local_paths"})
+
+    def translate(self, exc: OSError, target: str) -> Exception:
+        return exc
+
+
+class ReplacesBeforeWritingIO(PlainAtomicIO):
+    """Truncates the old checkpoint before writing the new one in place: a refused write
+    raises CheckpointWriteError but the old checkpoint is gone."""
+
+    clause: ClassVar[str] = "CKPT-6"
+    rejected_by: ClassVar[str] = (
+        "check_checkpoint_io_refused_write_raises_write_error_and_keeps_the_old"
+    )
+    capabilities: ClassVar[frozenset[str]] = frozenset({"local_paths"})
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        target = os.fspath(path)
+        try:
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+            with open(target, "wb") as file:
+                torch.save(checkpoint, file)
+        except OSError as exc:
+            raise CheckpointWriteError(f"cannot write {target}: {exc}") from exc
+
+
+CKPT_6_FAULTS: tuple[type[CheckpointIO], ...] = (
+    SwallowsRenameFailureIO,
+    SwallowsFsyncFailureIO,
+    RawOSErrorOnRefusalIO,
+    ReplacesBeforeWritingIO,
+)
+"""Third-party shaped IOs that mishandle a refused stage of a write (CKPT-6)."""
+
+
+# --------------------------------------------------------------------------- CKPT-13
+
+
+def _special_type(path: str) -> str | None:
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "directory"
+    return "FIFO" if stat.S_ISFIFO(mode) else "device" if stat.S_ISCHR(mode) else "special file"
+
+
+class SpecialFileSafeIO(PlainAtomicIO):
+    """CORRECT, third-party shaped: refuses anything but a regular file at the path, and loads
+    through a non-blocking open of a regular file only."""
+
+    capabilities: ClassVar[frozenset[str]] = frozenset({"local_paths"})
+
+    def refuse_special(self, path: PathLike) -> None:
+        kind = _special_type(os.fspath(path))
+        if kind is not None:
+            raise CheckpointWriteError(f"{os.fspath(path)} is a {kind}, not a checkpoint file")
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        self.refuse_special(path)
+        super().save_checkpoint(checkpoint, path, storage_options)
+
+    def remove_checkpoint(self, path: PathLike) -> None:
+        self.refuse_special(path)
+        super().remove_checkpoint(path)
+
+    def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
+        import stat
+
+        target = os.fspath(path)
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError as exc:
+            raise CheckpointNotFoundError(f"no checkpoint at {target}") from exc
+        except OSError as exc:  # a socket cannot be opened
+            raise CheckpointCorruptedError(f"{target} is not a checkpoint file: {exc}") from exc
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CheckpointCorruptedError(f"{target} is not a regular file")
+            try:
+                loaded: Checkpoint = torch.load(file, map_location=map_location, weights_only=True)
+            except Exception as exc:
+                raise CheckpointCorruptedError(f"{target} is not a complete checkpoint") from exc
+        return loaded
+
+
+class ReplacesFifoOnSaveIO(SpecialFileSafeIO):
+    """Saves over whatever is at the path: a FIFO there is replaced by a regular file."""
+
+    clause: ClassVar[str] = "CKPT-13"
+    rejected_by: ClassVar[str] = "check_checkpoint_io_save_refuses_special_files_and_keeps_them"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        PlainAtomicIO.save_checkpoint(self, checkpoint, path, storage_options)
+
+
+class DeletesDeviceOnRemoveIO(SpecialFileSafeIO):
+    """remove_checkpoint unlinks whatever is at the path, a device node included."""
+
+    clause: ClassVar[str] = "CKPT-13"
+    rejected_by: ClassVar[str] = "check_checkpoint_io_remove_refuses_special_files_and_keeps_them"
+
+    def remove_checkpoint(self, path: PathLike) -> None:
+        PlainAtomicIO.remove_checkpoint(self, path)
+
+
+class BlocksOnFifoLoadIO(SpecialFileSafeIO):
+    """load_checkpoint opens the path with a plain blocking open: a FIFO waits for a writer."""
+
+    clause: ClassVar[str] = "CKPT-13"
+    rejected_by: ClassVar[str] = "check_checkpoint_io_load_refuses_special_files_without_blocking"
+
+    def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
+        return PlainAtomicIO.load_checkpoint(self, path, map_location)
+
+
+CKPT_13_FAULTS: tuple[type[CheckpointIO], ...] = (
+    ReplacesFifoOnSaveIO,
+    DeletesDeviceOnRemoveIO,
+    BlocksOnFifoLoadIO,
+)
+"""Third-party shaped IOs that destroy, or block on, special files (CKPT-13)."""
+
+
+FAULTS = (*FAULTS, *CKPT_6_FAULTS, *CKPT_13_FAULTS)

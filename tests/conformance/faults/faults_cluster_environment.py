@@ -16,10 +16,10 @@ from typing import ClassVar
 from trainspec.cluster_environment import ClusterEnvironment
 from trainspec.conformance.fakes import StaticEnvironment
 from trainspec.errors import ConfigurationError, LifecycleError
-from trainspec.reference.environments._variables import read_int
-from trainspec.reference.environments.local import LocalEnvironment
-from trainspec.reference.environments.slurm import SLURMEnvironment
-from trainspec.reference.environments.torchelastic import TorchElasticEnvironment
+from trainspec.reference.cluster_environments._variables import read_int
+from trainspec.reference.cluster_environments.local import LocalEnvironment
+from trainspec.reference.cluster_environments.slurm import SLURMEnvironment
+from trainspec.reference.cluster_environments.torchelastic import TorchElasticEnvironment
 
 EnvFactory = Callable[[Mapping[str, str]], ClusterEnvironment]
 

@@ -394,14 +394,58 @@ class OneBasedRankCollective(_Fault):
         return super().rank + 1
 
 
-class BroadcastObjectSameObjectCollective(_Fault):
-    """broadcast_object returns the caller's object itself on the source rank."""
+class BroadcastObjectThroughJsonCollective(_Fault):
+    """broadcast_object sends the payload as JSON: tuples come back as lists."""
 
     clause = "COLL-10"
 
     def broadcast_object(self, obj: _T, src: int = 0, *, timeout: timedelta | None = None) -> _T:
+        import json
+
         super().broadcast_object(obj, src, timeout=timeout)
-        return obj
+        result: _T = json.loads(json.dumps(obj))
+        return result
+
+
+class BroadcastObjectConsumesCallerCollective(_Fault):
+    """broadcast_object empties the caller's list items (it "moves" the payload) and returns a
+    copy of the original."""
+
+    clause = "COLL-10"
+
+    def broadcast_object(self, obj: _T, src: int = 0, *, timeout: timedelta | None = None) -> _T:
+        import copy
+
+        result = copy.deepcopy(super().broadcast_object(obj, src, timeout=timeout))
+        if isinstance(obj, dict):
+            for value in obj.values():
+                if isinstance(value, list):
+                    value.clear()
+        return result
+
+
+class SourceKeepsObjectThreadCollective(ThreadCollective):
+    """A CORRECT collective shaped like torch.distributed.broadcast_object_list: rank src gets
+    its own object back (no copy), every other rank a new unpickled one."""
+
+    def broadcast_object(self, obj: _T, src: int = 0, *, timeout: timedelta | None = None) -> _T:
+        result = super().broadcast_object(obj, src, timeout=timeout)
+        return obj if self.rank == src else result
+
+
+class NonSourceReusesCallerThreadCollective(ThreadCollective):
+    """On ranks other than src, broadcast_object overwrites the caller's dict with the payload
+    and returns it (not a new object)."""
+
+    clause: ClassVar[str] = "COLL-10"
+
+    def broadcast_object(self, obj: _T, src: int = 0, *, timeout: timedelta | None = None) -> _T:
+        result = super().broadcast_object(obj, src, timeout=timeout)
+        if self.rank != src and isinstance(obj, dict) and isinstance(result, dict):
+            obj.clear()
+            obj.update(result)
+            return obj
+        return result
 
 
 class GatherOnWrongRankCollective(_Fault):
@@ -456,7 +500,8 @@ FAULTS: tuple[type[_Fault], ...] = (
     TeardownTwiceRaisesCollective,
     NoSetupAfterTeardownCollective,
     OneBasedRankCollective,
-    BroadcastObjectSameObjectCollective,
+    BroadcastObjectThroughJsonCollective,
+    BroadcastObjectConsumesCallerCollective,
     GatherOnWrongRankCollective,
     ScatterAnyLengthCollective,
     ReduceScatterDefaultSumCollective,

@@ -61,7 +61,7 @@ def _finite(optimizer: torch.optim.Optimizer) -> bool:
 class NoCastFloat16Precision(_Fault, Float16Precision):
     """convert_module returns the module without casting it to float16."""
 
-    clause = "PREC-1"
+    clause = "PREC-3"
     rejected_by = "check_precision_convert_module_casts_parameters_to_param_dtype"
 
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
@@ -96,7 +96,7 @@ class Float16AutocastBFloat16MixedPrecision(_Fault, BFloat16MixedPrecision):
 class PlainInitFloat64Precision(_Fault, Float64Precision):
     """module_init_context does nothing: new modules get float32 parameters."""
 
-    clause = "PREC-1"
+    clause = "PREC-5"
     rejected_by = "check_precision_module_init_context_creates_parameters_in_param_dtype"
 
     def module_init_context(self) -> AbstractContextManager[None]:

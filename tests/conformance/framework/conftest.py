@@ -11,6 +11,7 @@ import pytest
 
 from trainspec.conformance import core
 from trainspec.conformance.capabilities import checks_module_name
+from trainspec.conformance.kinds import kind_spec
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -74,11 +75,13 @@ class FakeChecks:
         monkeypatch.setattr(core, "_REGISTRY", self.registry)
 
     def module(self, kind: Kind, capabilities: Mapping[str, str] | None = None) -> None:
-        """Install an (empty) checks module for ``kind`` declaring ``capabilities``."""
+        """Install (empty) check modules for ``kind``, the first declaring ``capabilities``."""
         name = checks_module_name(kind)
-        module = types.ModuleType(name)
-        module.CAPABILITIES = dict(capabilities or {})  # type: ignore[attr-defined]
-        self._monkeypatch.setitem(sys.modules, name, module)
+        for listed in kind_spec(kind).check_modules:  # a check package and its modules
+            module = types.ModuleType(listed)
+            module.__path__ = []
+            self._monkeypatch.setitem(sys.modules, listed, module)
+        sys.modules[name].CAPABILITIES = dict(capabilities or {})  # type: ignore[attr-defined]
 
     def missing_module(self, kind: Kind) -> None:
         """Make ``kind``'s checks module unimportable (as if not installed)."""
@@ -102,6 +105,7 @@ class FakeChecks:
 
         func.__name__ = name
         func.__doc__ = f"fake check {name}"
+        func.__module__ = checks_module_name(kind)  # checks_for finds a kind's listed modules'
         core.check(clause, kind, layer=layer, requires=requires)(func)
         return self.registry[name]
 

@@ -140,7 +140,7 @@ def test_a_target_object_carries_its_capabilities(
         ),
         (
             ["verify", "cluster_environment", "cli_plugin_mod:GoodEnv", "--capability", "turbo"],
-            "valid capabilities: extra",
+            "unknown capability 'turbo'",
         ),
         (
             ["verify", "cluster_environment", "cli_plugin_mod:GoodEnv", "--bogus"],
@@ -203,7 +203,9 @@ def test_help_describes_every_option(capsys: pytest.CaptureFixture[str]) -> None
         "--timeout",
     ):
         assert option in verify_help
-    assert "Exit status: 0" in verify_help
+    assert "Exit status:" in verify_help
+    for code in ("0 ", "1 ", "2 ", "3 ", "130 "):  # the exit-status table
+        assert f"\n  {code}" in verify_help
 
 
 def test_json_and_junit_reports_are_written(
@@ -398,3 +400,210 @@ def test_world_size_runs_a_collective_on_two_ranks(
     layers = {r["layer"] for t in data["targets"] for r in t["results"]}
     assert "distributed" in layers
     assert all(r["status"] != "failed" for t in data["targets"] for r in t["results"])
+
+
+# -- issue 15: plugin text printed literally, reports before the table, 80 columns -------------
+
+BRACKETS = "gloo [/bold] [rank0]: connect [Errno 111] [red]refused[/red] [link=x]"
+
+
+def _bracket_failure(target: Any) -> None:
+    from trainspec.conformance.core import CheckFailure
+
+    target.make()
+    raise CheckFailure(
+        "ENV-1",
+        expected="connect",
+        actual=BRACKETS,
+        snippet="    print('[/dim] literal')",
+        subject=target.display_name,
+    )
+
+
+@pytest.mark.parametrize("mode", [[], ["--quiet"], ["--show-repro"]])
+def test_square_brackets_in_a_failure_are_printed_literally(
+    fake_checks: Any,
+    plugin_module: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    mode: list[str],
+) -> None:
+    fake_checks.add("ENV-1", name="check_env_one", body=_bracket_failure)
+    json_path = tmp_path / "r.json"
+    junit_path = tmp_path / "r.xml"
+
+    code = main(
+        [
+            "verify",
+            "cluster_environment",
+            f"{plugin_module}:GoodEnv",
+            "--json",
+            str(json_path),
+            "--junit",
+            str(junit_path),
+            *mode,
+        ]
+    )
+
+    captured = capsys.readouterr()
+    assert code == 1, captured.err
+    assert "Traceback" not in captured.err
+    assert BRACKETS in " ".join(captured.out.split()).replace("│ ", "")
+    assert BRACKETS in json_path.read_text(encoding="utf-8")
+    assert junit_path.exists()
+    if "--show-repro" in mode:
+        assert "print('[/dim] literal')" in captured.out
+
+
+def test_matrix_prints_brackets_in_names_and_messages_literally(
+    fake_checks: Any,
+    plugin_module: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_checks.add("ENV-1", name="check_env_one", body=_bracket_failure)
+    monkeypatch.setattr(
+        builtin_targets,
+        "BUILTIN_TARGETS",
+        (BuiltinTarget("cluster_environment", "[/red]odd[bold]", f"{plugin_module}:GoodEnv"),),
+    )
+
+    code = main(["verify", "--show-repro"])
+
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "[/red]odd[bold]" in out
+    assert BRACKETS in " ".join(out.split())  # the line may wrap at a space
+    assert "print('[/dim] literal')" in out
+
+
+def test_a_renderer_crash_keeps_the_reports_and_exits_3_with_one_line(
+    fake_checks: Any,
+    plugin_module: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from trainspec.conformance.report import Report
+
+    def broken_render(self: Report, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("the table broke")
+
+    fake_checks.add("ENV-1", name="check_env_one")
+    monkeypatch.setattr(Report, "render", broken_render)
+    json_path = tmp_path / "r.json"
+
+    code = main(
+        ["verify", "cluster_environment", f"{plugin_module}:GoodEnv", "--json", str(json_path)]
+    )
+
+    captured = capsys.readouterr()
+    assert code == 3
+    assert json.loads(json_path.read_text(encoding="utf-8"))["ok"] is True
+    line = _one_line_error(captured.err)
+    assert line.startswith("trainspec verify: error: the kit could not draw the results table")
+    assert "RuntimeError: the table broke" in line
+    assert str(json_path) in line
+    assert captured.out.rstrip().endswith("PASSED")  # the plain summary still says it
+
+
+LONG_NAMES = (
+    "check_strategy_save_checkpoint_writes_a_complete_checkpoint_before_returning",
+    "check_collective_operations_leave_inputs_unchanged_and_return_new_tensors",
+    "check_env_one",
+)
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_check_names_are_never_broken_at_80_columns(
+    fake_checks: Any,
+    plugin_module: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    failing: Any,
+    quiet: bool,
+) -> None:
+    for index, name in enumerate(LONG_NAMES):
+        fake_checks.add(f"ENV-{index + 1}", name=name, body=failing(f"ENV-{index + 1}"))
+    monkeypatch.setenv("COLUMNS", "80")
+
+    main(["verify", "cluster_environment", f"{plugin_module}:GoodEnv", *(["-q"] * quiet)])
+
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for name in LONG_NAMES:
+        assert any(name in line for line in lines), name
+
+
+def test_a_wide_console_keeps_the_table(fake_checks: Any, failing: Any) -> None:
+    import io
+
+    from rich.console import Console
+
+    from trainspec.conformance import verify
+
+    fake_checks.add("ENV-1", name=LONG_NAMES[0], body=failing("ENV-1"))
+    report = verify(("cluster_environment", _good_env_factory()))
+    buffer = io.StringIO()
+
+    report.render(Console(file=buffer, width=200, color_system=None))
+
+    text = buffer.getvalue()
+    assert "┃ Clause" in text
+    assert any(LONG_NAMES[0] in line and "ENV-1" in line for line in text.splitlines())
+
+
+def _good_env_factory() -> Any:
+    from tests.conformance.framework.conftest import GoodEnvironment
+
+    return GoodEnvironment
+
+
+def test_ctrl_c_in_the_matrix_closes_the_worlds_and_exits_130_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainspec.conformance import _cli_verify
+
+    closed: list[bool] = []
+
+    class FakeWorld:
+        def close(self) -> None:
+            closed.append(True)
+
+    def interrupted_entry(entry: Any, layers: Any, timeout: Any, worlds: dict[int, Any]) -> Any:
+        worlds[2] = FakeWorld()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_cli_verify, "_run_entry", interrupted_entry)
+
+    code = main(["verify", "collective"])
+
+    captured = capsys.readouterr()
+    assert code == 130
+    assert captured.err.strip().splitlines() == ["trainspec verify: interrupted"]
+    assert closed == [True]
+
+
+def test_a_report_that_cannot_be_written_still_shows_the_table(
+    fake_checks: Any,
+    plugin_module: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from trainspec.conformance.report import Report
+
+    def full_disk(self: Report, path: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    fake_checks.add("ENV-1", name="check_env_one")
+    monkeypatch.setattr(Report, "write_json", full_disk)
+
+    code = main(
+        ["verify", "cluster_environment", f"{plugin_module}:GoodEnv", "--json", str(tmp_path / "r")]
+    )
+
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "check_env_one" in captured.out
+    assert "No space left on device" in _one_line_error(captured.err)

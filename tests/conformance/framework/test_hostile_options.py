@@ -9,6 +9,7 @@ null byte`` out of ``main()``).
 from __future__ import annotations
 
 import math
+import os
 import textwrap
 import threading
 from typing import TYPE_CHECKING, Any
@@ -90,8 +91,59 @@ def test_an_unwritable_report_path_is_a_usage_error(
 
     line = _error_line(capsys)
     assert code == 2
-    assert line.startswith("trainspec verify: error: cannot write the report to ")
-    assert "writable directory" in line
+    assert line.startswith(f"trainspec verify: error: {flag} ")
+    assert ("NUL byte" if "\x00" in path else "is a directory, not a regular file") in line
+
+
+@pytest.mark.parametrize("flag", ["--json", "--junit"])
+@pytest.mark.parametrize("path", ["", "  "], ids=["empty", "blank"])
+def test_an_empty_report_path_is_a_usage_error(
+    target: str, capsys: pytest.CaptureFixture[str], flag: str, path: str
+) -> None:
+    code = main(["verify", "cluster_environment", target, flag, path])
+
+    line = _error_line(capsys)
+    assert code == 2
+    assert f"{flag} needs a file path" in line
+
+
+@pytest.mark.parametrize("flag", ["--json", "--junit"])
+def test_a_fifo_or_device_report_path_is_refused_before_anything_runs(
+    target: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str
+) -> None:
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+
+    codes = [
+        main(["verify", "cluster_environment", target, flag, where])
+        for where in (str(fifo), os.devnull)
+    ]
+
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert codes == [2, 2]
+    assert len(lines) == 2, captured.err
+    assert f"{flag} '{fifo}' is a FIFO (named pipe), not a regular file" in lines[0]
+    assert f"{flag} '{os.devnull}' is a character device, not a regular file" in lines[1]
+    assert "check_env_one" not in captured.out  # nothing ran
+
+
+def test_the_report_writers_refuse_a_fifo_without_blocking(tmp_path: Path) -> None:
+    from trainspec.conformance.report import Report
+
+    fifo = tmp_path / "late.fifo"
+    os.mkfifo(fifo)
+    report = Report(targets=())
+
+    for write in (report.write_json, report.write_junit):
+        with pytest.raises(OSError):  # ENXIO: no reader; never a hang
+            write(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(OSError, match="a FIFO, not a regular file"):
+            report.write_json(fifo)
+    finally:
+        os.close(reader)
 
 
 @pytest.mark.parametrize(

@@ -124,7 +124,7 @@ def test_plugin_option_generates_items_and_reports_the_header(
 
     result.stdout.fnmatch_lines(
         [
-            "trainspec *, spec 1.0; conformance targets: cluster_environment=envs:GoodEnv, "
+            "trainspec *, spec *; conformance targets: cluster_environment=envs:GoodEnv, "
             "cluster_environment=envs:DECLARED",
             "*collected 8 items*",
             "cluster_environment=envs:GoodEnv::structure PASSED*",
@@ -157,3 +157,29 @@ def test_plugin_usage_errors(pytester: pytest.Pytester, three_checks: Any) -> No
     bad_kind.stderr.fnmatch_lines(["*unknown kind 'gpu'; valid kinds: accelerator*"])
     assert bad_syntax.ret == pytest.ExitCode.USAGE_ERROR
     bad_syntax.stderr.fnmatch_lines(["*--trainspec-target takes KIND=module:attribute*"])
+
+
+def test_a_suite_fails_the_check_whose_instances_fail_to_tear_down(
+    pytester: pytest.Pytester, fake_checks: Any
+) -> None:
+    fake_checks.add("ENV-1", name="check_env_makes_one", body=lambda t: t.make() and None)
+    pytester.makepyfile(envs=IMPLEMENTATIONS)
+    pytester.syspathinsert()
+    pytester.makepyfile(
+        test_envs="""
+        from trainspec.conformance.suites import ClusterEnvironmentSuite
+        from envs import GoodEnv
+
+        class ExplodingEnv(GoodEnv):
+            def teardown(self):
+                raise RuntimeError("teardown exploded")
+
+        class TestExploding(ClusterEnvironmentSuite):
+            factory = ExplodingEnv
+        """
+    )
+
+    result = pytester.runpytest("-v", "-p", "no:cacheprovider")
+
+    result.stdout.fnmatch_lines(["*[[]ENV-6*teardown:check_env_makes_one*teardown exploded*"])
+    result.assert_outcomes(failed=2)  # the structure layer's instances and the check's

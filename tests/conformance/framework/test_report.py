@@ -214,3 +214,33 @@ def test_combine_keeps_every_target_in_order() -> None:
     assert combined.targets == _report().targets
     assert combined.environment == ENV
     assert Report.combine([]).targets == ()
+
+
+def test_repro_snippet_is_the_indented_script_after_the_marker() -> None:
+    from trainspec.conformance.report import repro_snippet
+
+    message = (
+        "X must y (CKPT-1); got z.\n\nTo reproduce:\n    import torch\n\n    if True:\n"
+        "        print('[/bold]')\n(cleanup after the check: teardown raised)"
+    )
+
+    assert repro_snippet(message) == "import torch\n\nif True:\n    print('[/bold]')"
+    assert repro_snippet("no snippet here") == ""
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_narrow_consoles_list_results_without_breaking_check_names(width: int) -> None:
+    name = "check_strategy_save_checkpoint_writes_a_complete_checkpoint_before_returning"
+    result = CheckResult(name, "STRAT-9", "behaviour", "failed", "[/red] gloo [rank0] " * 8)
+    report = Report(
+        targets=(TargetReport(kind="strategy", name="[bold]x", results=(result,)),),
+        environment=ENV,
+    )
+    buffer = io.StringIO()
+
+    report.render(Console(file=buffer, width=width, color_system=None), show_repro=True)
+
+    lines = buffer.getvalue().splitlines()
+    assert f"  {name}" in lines
+    assert "strategy: [bold]x" in lines
+    assert "[/red] gloo [rank0]" in buffer.getvalue()

@@ -180,7 +180,10 @@ def test_only_xfailed_failures_leave_the_run_ok(
         ({"expected_failures": {"ENV-99": "x"}}, ["'ENV-99'", "expected_failures", "ENV-1"]),
         ({"expected_failures": {"ENV-1": ""}}, ["needs a reason"]),
         ({"select": ["check_env_onw"]}, ["'check_env_onw'", "did you mean check_env_one"]),
-        ({"capabilities": {"extar"}}, ["unknown capability 'extar'", "valid capabilities: extra"]),
+        (
+            {"capabilities": {"extar"}},
+            ["unknown capability 'extar'", "valid capabilities: configurable, extra"],
+        ),
         ({"capabilities": "extra"}, ["not the string"]),
         ({"layers": ["behavior"]}, ["unknown layer 'behavior'", "behaviour"]),
         ({"timeout_s": 0}, ["timeout_s must be positive"]),
@@ -276,7 +279,7 @@ def test_instances_are_torn_down_after_each_check_even_on_failure(
     assert good_env.torn_down == 4
 
 
-def test_a_teardown_error_after_a_passing_check_is_an_error(
+def test_a_teardown_error_is_filed_under_the_lifecycle_clause_naming_the_check(
     fake_checks: Any, good_env: type
 ) -> None:
     class TeardownRaises(good_env):  # type: ignore[misc, valid-type]
@@ -284,13 +287,38 @@ def test_a_teardown_error_after_a_passing_check_is_an_error(
             raise RuntimeError("teardown exploded")
 
     fake_checks.add("ENV-1", name="check_env_makes_one", body=lambda t: t.make() and None)
-    session = TargetSession(Target("cluster_environment", TeardownRaises))
+    session = TargetSession(Target("cluster_environment", TeardownRaises, name="env"))
 
     result = session.result(session.checks[0])
+    report = session.report()
 
     assert not session.structure_failed  # teardown behaviour is not structure
-    assert result.status == "error"
-    assert "teardown exploded" in result.message
+    assert result.status == "passed"  # ENV-1 holds; the teardown breaks ENV-6
+    results = _by_check(report)
+    lifecycle = results["teardown:check_env_makes_one"]
+    assert (lifecycle.clause, lifecycle.status) == ("ENV-6", "failed")
+    assert "check_env_makes_one" in lifecycle.message
+    assert "teardown exploded" in lifecycle.message
+    assert results["teardown:structure"].clause == "ENV-6"
+    assert not report.ok
+
+
+def test_a_declared_lifecycle_failure_turns_teardown_failures_into_xfailed(
+    fake_checks: Any, good_env: type
+) -> None:
+    class TeardownRaises(good_env):  # type: ignore[misc, valid-type]
+        def teardown(self) -> None:
+            raise RuntimeError("teardown exploded")
+
+    fake_checks.add("ENV-1", name="check_env_makes_one", body=lambda t: t.make() and None)
+
+    report = verify(
+        Target("cluster_environment", TeardownRaises, expected_failures={"ENV-6": "known"})
+    )
+
+    statuses = {r.check: r.status for r in report.results}
+    assert statuses["teardown:check_env_makes_one"] == "xfailed"
+    assert report.ok
 
 
 def test_a_hanging_check_fails_after_its_timeout(fake_checks: Any, good_env: type) -> None:

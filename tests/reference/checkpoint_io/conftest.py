@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -175,3 +177,52 @@ def assert_same(loaded: object, saved: object, *, layout: bool = True, where: st
 def same() -> Callable[..., None]:
     """The deep-equality assertion used by the round-trip tests."""
     return assert_same
+
+
+_HOLD_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+class LockHolder:
+    """Another process that holds an exclusive ``flock`` on files, as a live writer does on
+    its temporary file (see ``_storage``); each lock lasts until :meth:`release_all`."""
+
+    def __init__(self) -> None:
+        self._children: list[subprocess.Popen[str]] = []
+
+    def hold(self, path: Path) -> int:
+        """Lock ``path`` in a new process; return once the lock is held. Returns its pid."""
+        child = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_LOCK, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._children.append(child)
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "locked", "the lock holder did not start"
+        return child.pid
+
+    def release_all(self) -> None:
+        for child in self._children:
+            assert child.stdin is not None
+            child.stdin.close()
+            child.wait()
+            assert child.stdout is not None
+            child.stdout.close()
+        self._children.clear()
+
+
+@pytest.fixture
+def lock_holder() -> Iterator[LockHolder]:
+    """Holds ``flock`` locks in other processes; released at the end of the test."""
+    if sys.platform == "win32":
+        pytest.skip("flock is POSIX")
+    holder = LockHolder()
+    yield holder
+    holder.release_all()

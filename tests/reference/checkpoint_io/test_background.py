@@ -7,13 +7,18 @@ slow machine (a wrong one might slip through on a very slow one, never the rever
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
 import torch
 
 from trainspec import CheckpointNotFoundError, CheckpointWriteError
-from trainspec.reference.checkpoint_io import BackgroundCheckpointIO, MemoryCheckpointIO
+from trainspec.reference.checkpoint_io import (
+    BackgroundCheckpointIO,
+    MemoryCheckpointIO,
+    TorchCheckpointIO,
+)
 
 BLOCKED_S = 0.2
 DONE_S = 30.0
@@ -225,6 +230,100 @@ def test_relative_and_absolute_spellings_of_a_path_are_one_path(tmp_path, monkey
     io = BackgroundCheckpointIO()
     io.save_checkpoint({"v": torch.tensor(3)}, "c.pt")
     assert io.load_checkpoint(tmp_path / "c.pt")["v"].item() == 3
+    io.teardown()
+
+
+class GatedFileIO(TorchCheckpointIO):
+    """A file IO whose saves wait until ``gate`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.started = threading.Semaphore(0)
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        self.started.release()
+        assert self.gate.wait(DONE_S), "test gate never opened"
+        super().save_checkpoint(checkpoint, path, storage_options)
+
+
+@pytest.mark.parametrize("spelling", ["c.pt", "sub/../c.pt", "file://c.pt"])
+def test_a_relative_path_is_resolved_when_save_is_called(tmp_path, monkeypatch, spelling):
+    """ACKPT-1: a chdir between save_checkpoint and the background write changes nothing."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for directory in (first, second, first / "sub", second / "sub"):
+        directory.mkdir(exist_ok=True)
+    monkeypatch.chdir(first)
+    inner = GatedFileIO()
+    inner.gate.clear()
+    io = BackgroundCheckpointIO(inner)
+    io.save_checkpoint({"v": torch.tensor(5)}, spelling)
+    assert inner.started.acquire(timeout=DONE_S)
+    monkeypatch.chdir(second)
+    inner.gate.set()
+    io.wait()
+    assert os.listdir(second) == ["sub"], "the save followed the chdir"
+    assert TorchCheckpointIO().load_checkpoint(first / "c.pt")["v"].item() == 5
+    monkeypatch.chdir(first)
+    assert io.load_checkpoint(spelling)["v"].item() == 5
+    io.remove_checkpoint(spelling)
+    assert not (first / "c.pt").exists()
+    io.teardown()
+
+
+def test_memory_keys_are_not_turned_into_absolute_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    inner = MemoryCheckpointIO()
+    io = BackgroundCheckpointIO(inner)
+    io.save_checkpoint({"v": torch.tensor(1)}, "store/k")
+    io.wait()
+    assert list(inner.store) == ["store/k"]
+    io.teardown()
+
+
+def _returns(fn) -> bool:
+    """Whether ``fn()`` returns (within DONE_S: only a hang guard, never a timing check)."""
+    thread, box = _in_thread(fn)
+    thread.join(DONE_S)
+    return not thread.is_alive() and "error" not in box
+
+
+@pytest.mark.parametrize("where", ["before-count", "after-count", "snapshot", "after-queue"])
+def test_a_keyboard_interrupt_inside_save_leaves_consistent_counts(tmp_path, monkeypatch, where):
+    """Ctrl-C lands anywhere in save_checkpoint: the save is either queued and written or
+    never happened; wait() and teardown() (and so the exit hook) must not hang on a count
+    that nobody will ever take back."""
+    from trainspec.reference.checkpoint_io import background
+
+    io = BackgroundCheckpointIO()
+    points = {
+        "before-count": (BackgroundCheckpointIO, "_count_locked", True),
+        "after-count": (BackgroundCheckpointIO, "_count_locked", False),
+        "snapshot": (background, "snapshot", True),
+        "after-queue": (BackgroundCheckpointIO, "_ensure_worker_locked", True),
+    }
+    owner, name, before = points[where]
+    real = getattr(owner, name)
+    fired = []
+
+    def interrupting(*args, **kwargs):
+        if not fired:
+            fired.append(True)
+            if before:
+                raise KeyboardInterrupt
+            real(*args, **kwargs)
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, interrupting)
+    path = tmp_path / "c.pt"
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"v": torch.tensor(1)}, path)
+    assert _returns(io.wait), "wait() hangs on a leaked pending count"
+    assert _returns(io.teardown)
+    assert path.exists() == (where == "after-queue")
+    io.save_checkpoint({"v": torch.tensor(2)}, path)
+    assert io.load_checkpoint(path)["v"].item() == 2
     io.teardown()
 
 

@@ -133,7 +133,7 @@ def _dead_pid() -> int:
     return child.pid
 
 
-def test_the_next_save_removes_stale_temporaries_and_keeps_live_ones(tmp_path):
+def test_the_next_save_removes_stale_temporaries_and_keeps_live_ones(tmp_path, lock_holder):
     from trainspec.reference.checkpoint_io import _storage
 
     io = TorchCheckpointIO()
@@ -153,6 +153,7 @@ def test_the_next_save_removes_stale_temporaries_and_keeps_live_ones(tmp_path):
     long_ago = time.time() - STALE_TEMP_AGE_S - 60
     for f in (old_live, remote_old):
         os.utime(f, (long_ago, long_ago))
+    lock_holder.hold(live)  # a live writer holds the lock on its temporary file
 
     io.save_checkpoint({"v": torch.zeros(1)}, path)
 

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 from trainspec import ClusterEnvironment, ConfigurationError, DeviceUnavailableError
-from trainspec.reference.environments import (
+from trainspec.reference.cluster_environments import (
     DETECTION_ORDER,
     LocalEnvironment,
     SLURMEnvironment,
@@ -16,7 +16,7 @@ from trainspec.reference.environments import (
     detect_environment,
     first_host,
 )
-from trainspec.reference.environments.slurm import PORT_BASE
+from trainspec.reference.cluster_environments.slurm import PORT_BASE
 
 _VARIABLES = (
     "RANK",

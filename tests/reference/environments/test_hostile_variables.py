@@ -13,13 +13,13 @@ import socket
 import pytest
 
 from trainspec import ConfigurationError
-from trainspec.reference.environments import (
+from trainspec.reference.cluster_environments import (
     LocalEnvironment,
     SLURMEnvironment,
     TorchElasticEnvironment,
     first_host,
 )
-from trainspec.reference.environments._variables import find_free_port
+from trainspec.reference.cluster_environments._variables import find_free_port
 
 _VARIABLES = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",

@@ -18,8 +18,8 @@ from trainspec import (
 from trainspec.reference.accelerators.cpu import CPUAccelerator
 from trainspec.reference.checkpoint_io.memory import MemoryCheckpointIO
 from trainspec.reference.checkpoint_io.torch_io import TorchCheckpointIO
+from trainspec.reference.cluster_environments import LocalEnvironment
 from trainspec.reference.connector import resolve, resolve_accelerator
-from trainspec.reference.environments import LocalEnvironment
 from trainspec.reference.precisions import BFloat16MixedPrecision, Float64Precision
 from trainspec.reference.registry import Registry
 from trainspec.reference.strategies.single_device import SingleDeviceStrategy

@@ -19,7 +19,7 @@ SUBPACKAGES = (
     "precisions",
     "checkpoint_io",
     "collectives",
-    "environments",
+    "cluster_environments",
     "launchers",
     "strategies",
 )

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing_extensions import assert_type
 
 from trainspec import ClusterEnvironment
-from trainspec.reference.environments import detect_environment
-from trainspec.reference.environments.local import LocalEnvironment
-from trainspec.reference.environments.slurm import SLURMEnvironment
-from trainspec.reference.environments.torchelastic import TorchElasticEnvironment
+from trainspec.reference.cluster_environments import detect_environment
+from trainspec.reference.cluster_environments.local import LocalEnvironment
+from trainspec.reference.cluster_environments.slurm import SLURMEnvironment
+from trainspec.reference.cluster_environments.torchelastic import TorchElasticEnvironment
 
 local: ClusterEnvironment = LocalEnvironment()
 slurm: ClusterEnvironment = SLURMEnvironment()

@@ -17,6 +17,10 @@ Writing (CKPT-2, CKPT-3)::
 
 A process killed during 2) leaves its temporary file behind; the next save of the same path
 removes temporary files whose writing process no longer exists.
+
+Special files (CKPT-13): a FIFO, a device or a socket at the path is never replaced or removed
+(``CheckpointWriteError`` naming its type), and a load opens the path without blocking and
+refuses anything that is not a regular file (``CheckpointCorruptedError``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import io
 import os
 import pickle
 import secrets
+import stat
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -141,6 +146,7 @@ class CompressedCheckpointIO(CheckpointIO):
         except (pickle.PicklingError, TypeError, AttributeError) as error:
             raise _translate(error, "encode", str(path)) from error
         data = gzip.compress(buffer.getvalue(), compresslevel=level, mtime=0)
+        _refuse_special_file(target, "save_checkpoint")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             _remove_stale_temporaries(target)
@@ -162,7 +168,7 @@ class CompressedCheckpointIO(CheckpointIO):
         location = _check_map_location(map_location)
         name = str(path)
         try:
-            raw = Path(_local_path(path, "load_checkpoint")).read_bytes()
+            raw = _read_regular_file(_local_path(path, "load_checkpoint"))
         except OSError as error:
             raise _translate(error, "read", name) from error
         try:
@@ -195,6 +201,7 @@ class CompressedCheckpointIO(CheckpointIO):
         """Delete ``path`` and stale temporary files of it; a missing path is fine (CKPT-11).
         Refuses to delete a directory (:class:`~trainspec.CheckpointWriteError`)."""
         target = Path(_local_path(path, "remove_checkpoint"))
+        _refuse_special_file(target, "remove_checkpoint")
         try:
             target.unlink()
         except FileNotFoundError:
@@ -292,6 +299,57 @@ def _refused_globals(buffer: io.BytesIO) -> tuple[str, ...]:
         return tuple(torch.serialization.get_unsafe_globals_in_checkpoint(buffer))
     except Exception:  # damaged archive: not an unsafe one
         return ()
+
+
+def _special_kind(mode: int) -> str | None:
+    """What a file of this mode is, when it is a special file (CKPT-13)."""
+    for test, kind in (
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return kind
+    return None
+
+
+def _refuse_special_file(target: Path, method: str) -> None:
+    """Raise CheckpointWriteError when a special file is at ``target``: replacing or deleting
+    it (``/dev/null``, a FIFO another program reads) is never what a save or removal means."""
+    try:
+        mode = os.lstat(target).st_mode
+    except OSError:
+        return  # nothing there (or unreadable: the write itself reports that)
+    kind = _special_kind(mode)
+    if kind is not None:
+        raise CheckpointWriteError(
+            f"{_NAME}.{method}: {target} is a {kind}, not a checkpoint file; it was left as it "
+            "is. Give the path of a regular file."
+        )
+
+
+def _read_regular_file(path: str) -> bytes:
+    """The bytes of the regular file at ``path``. Its type is checked before opening (a
+    socket cannot be opened at all) and again on the open descriptor, opened without blocking
+    (a FIFO swapped in meanwhile, with no writer, would wait forever)."""
+    kind = _special_kind(os.stat(path).st_mode)
+    if kind is not None:
+        raise CheckpointCorruptedError(
+            f"{_NAME}.load_checkpoint: {path} is a {kind}, not a checkpoint file"
+        )
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        kind = _special_kind(os.fstat(descriptor).st_mode)
+        if kind is not None:
+            raise CheckpointCorruptedError(
+                f"{_NAME}.load_checkpoint: {path} is a {kind}, not a checkpoint file"
+            )
+        os.set_blocking(descriptor, True)
+        with os.fdopen(descriptor, "rb", closefd=False) as file:
+            return file.read()
+    finally:
+        os.close(descriptor)
 
 
 def _atomic_write(target: Path, data: bytes) -> None:
