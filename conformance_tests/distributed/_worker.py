@@ -256,7 +256,7 @@ class MemberBlocked(BaseException):
 def _is_secondary(error: BaseException) -> bool:
     # The echo of another rank's failure (a collective that timed out or lost its peer),
     # as the reference launchers judge it, so that the report names the primary rank first.
-    from trainspec.reference.launchers._supervision import is_secondary
+    from trainspec.reference.launchers import is_secondary
 
     leaves = _leaves(error)
     return bool(leaves) and all(is_secondary(leaf) for leaf in leaves)

@@ -7,11 +7,13 @@
 
 When a scheduler or ``torchrun`` already started the ranks
 (``cluster_environment.creates_processes_externally``), a strategy needs no launcher. Neither
-module imports torch.
+module imports torch. :func:`is_secondary` is the launchers' blame rule (an error that echoes
+another rank's failure), public so that the conformance kit's reports blame the same rank.
 """
 
 from __future__ import annotations
 
+from trainspec.reference.launchers._supervision import is_secondary
 from trainspec.reference.launchers.spawn import MultiprocessingLauncher, StartMethod
 from trainspec.reference.launchers.subprocess_script import (
     SubprocessScriptLauncher,
@@ -24,5 +26,6 @@ __all__ = [
     "StartMethod",
     "SubprocessScriptLauncher",
     "XLALauncher",
+    "is_secondary",
     "script_command",
 ]

@@ -234,7 +234,7 @@ class Echo(str):
 def guarded(body: Callable[[], str | None]) -> str | None:
     """``body()``'s problem, or the exception it raised as one (an :class:`Echo` when the
     exception is a secondary one, as the reference launchers judge it)."""
-    from trainspec.reference.launchers._supervision import is_secondary
+    from trainspec.reference.launchers import is_secondary
 
     try:
         return body()
