@@ -28,6 +28,14 @@ IO's worker, the harness), so it forks its writers from clean processes of its o
 The parent (the check) then loads the path with a fresh instance and decides. The same writer
 loop serves ``scripts/soak_checkpoint_crash.py``'s idea of a soak, bounded to a few trials.
 
+The factory process also runs *interrupt trials* (CKPT-14, :meth:`KillServer.interrupt`): a
+child forked per trial saves checkpoint A, then saves B (or loads) with a profile function
+that raises ``KeyboardInterrupt`` at the k-th *interrupt point* of the call -- an entry into a
+Python function or a return from a call into C, the points where CPython runs a signal
+handler (``sys.setprofile`` reports exactly those) -- and reports how the call ended, where
+the interrupt was raised, whether the process survived a garbage collection (late
+destructors) and whether ``teardown`` returned.
+
 Run as a script (``python _checkpoint_kill.py``) it is the server: it imports nothing from
 ``trainspec.conformance`` (so starting it costs one ``import torch``), takes the parent's
 ``sys.path`` and reads one JSON request per line; it answers with lines starting with
@@ -42,6 +50,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import json
 import os
 import select
@@ -52,16 +61,17 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from typing_extensions import Self
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import FrameType
 
     import torch
 
-__all__ = ["KillOutcome", "KillServer", "KillServerError", "kill_checkpoints"]
+__all__ = ["InterruptOutcome", "KillOutcome", "KillServer", "KillServerError", "kill_checkpoints"]
 
 _REPLY = "@@trainspec-kill "
 _START_TIMEOUT_S = 120.0
@@ -103,6 +113,37 @@ class KillOutcome:
     """Saves it completed before the kill."""
     error: str
     """What the writer reported when it exited by itself (an exception's repr)."""
+
+
+@dataclass(frozen=True)
+class InterruptOutcome:
+    """What happened to one interrupt trial (see the module's docstring)."""
+
+    started: bool
+    """The child built its instance and saved checkpoint A."""
+    ended: str
+    """How the call ended: ``"interrupted"`` (it raised the KeyboardInterrupt itself),
+    ``"raised"`` (something else), ``"returned"``, or ``""`` when the child died first."""
+    fired: bool
+    """The interrupt was raised (the call reached point ``at``)."""
+    points: int
+    """Interrupt points the call passed."""
+    where: str
+    """Where the interrupt was raised: ``"module function (file:line)"``."""
+    module: str
+    """The module of the frame the interrupt was raised in."""
+    error: str
+    """For ``"raised"``: the exception and its cause/context chain; otherwise what the child
+    reported when it failed before the call."""
+    survived: bool
+    """The child was alive after a garbage collection following the call."""
+    torn_down: bool
+    """``teardown()`` returned (or raised) in time after that."""
+    status: str
+    """How the child ended when it did not report everything (a signal, an exit status, or
+    "killed after the timeout")."""
+    own: tuple[int, ...] = ()
+    """For a counting trial: the points in the implementation's own package."""
 
 
 class KillServerError(RuntimeError):
@@ -364,6 +405,49 @@ class KillServer:
             error=str(reply.get("error", "")),
         )
 
+    def interrupt(
+        self, path: str, *, operation: str, at: int | None, timeout_s: float, package: str = ""
+    ) -> InterruptOutcome:
+        """Fork a child that saves checkpoint A over ``path``, then saves B (``operation``
+        ``"save"``) or loads (``"load"``) with a ``KeyboardInterrupt`` raised at its ``at``-th
+        interrupt point (``None``: none, to count the points and list those in modules of the
+        top-level package ``package``); killed after ``timeout_s``."""
+        server = self._server
+        if server is None or not self._open:
+            raise KillServerError("the kill server's factory process is not running")
+        server.send(
+            {
+                "interrupt": {
+                    "path": path,
+                    "operation": operation,
+                    "at": at,
+                    "timeout": timeout_s,
+                    "package": package,
+                }
+            }
+        )
+        reply = server.reply(timeout_s + 60.0)
+        if "closed" in reply:
+            self._open = False
+            raise KillServerError(
+                f"the kill server's factory process exited (wait status {reply.get('status')}): "
+                f"{self.stderr_tail()}"
+            )
+        points, own = reply.get("points"), reply.get("own")
+        return InterruptOutcome(
+            started=reply.get("started") is True,
+            ended=str(reply.get("ended", "")),
+            fired=reply.get("fired") is True,
+            points=points if isinstance(points, int) else 0,
+            where=str(reply.get("where", "")),
+            module=str(reply.get("module", "")),
+            error=str(reply.get("error", "")),
+            survived=reply.get("survived") is True,
+            torn_down=reply.get("torn_down") is True,
+            status=str(reply.get("status", "")),
+            own=tuple(int(p) for p in own) if isinstance(own, list) else (),
+        )
+
 
 # --------------------------------------------------------------------------- the server side
 
@@ -564,6 +648,190 @@ def _one_trial(
     }
 
 
+_POINT_EVENTS: Final = ("call", "c_return")
+
+
+class _InterruptAt:
+    """A profile function: counts interrupt points, raises KeyboardInterrupt at the ``at``-th."""
+
+    def __init__(
+        self,
+        at: int | None,
+        fired: Callable[[str, str], None] = lambda where, module: None,
+        package: str = "",
+    ) -> None:
+        self.at = at
+        self.count = 0
+        self.where = ""
+        self.module = ""
+        self.own: list[int] = []
+        """The points in modules of ``package`` (recorded only when ``at`` is None)."""
+        self._fired = fired
+        self._package = package
+
+    def __call__(self, frame: FrameType, event: str, arg: object) -> None:
+        if event not in _POINT_EVENTS:
+            return
+        self.count += 1
+        if self.at is None and self._package:
+            name = str(frame.f_globals.get("__name__", ""))
+            if name.split(".", 1)[0] == self._package:
+                self.own.append(self.count)
+        if self.count == self.at:
+            code = frame.f_code
+            self.module = str(frame.f_globals.get("__name__", ""))
+            called = getattr(arg, "__qualname__", "") if event == "c_return" else ""
+            after = f" after calling {called}" if called else ""
+            self.where = (
+                f"{self.module} {code.co_name}{after} "
+                f"({os.path.basename(code.co_filename)}:{frame.f_lineno})"
+            )
+            self._fired(self.where, self.module)  # told now: the process may not live to tell
+            raise KeyboardInterrupt
+
+
+def _chain(exc: BaseException) -> str:
+    """``exc`` and its cause/context chain, for a report."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(parts) < 4:
+        seen.add(id(current))
+        parts.append(f"{type(current).__module__}.{type(current).__qualname__}: {current}"[:300])
+        current = current.__cause__ or current.__context__
+    return " <- ".join(parts)
+
+
+def _interrupt_child(
+    factory: Callable[[], object],
+    contents: tuple[dict[str, object], ...],
+    request: dict[str, object],
+    report: int,
+) -> None:
+    """The forked child of an interrupt trial (see the module's docstring). Never returns.
+
+    Writes JSON lines to ``report``: one when the instance is built and A saved, one when the
+    call ended, one after the garbage collection, one after ``teardown``."""
+
+    def tell(message: dict[str, object]) -> None:
+        os.write(report, (json.dumps(message) + "\n").encode())
+
+    try:
+        from trainspec.checkpoint_io import AsyncCheckpointIO
+
+        path = str(request["path"])
+        io: Any = factory()
+
+        def settle() -> None:
+            if isinstance(io, AsyncCheckpointIO):
+                io.wait()
+
+        io.save_checkpoint(contents[0], path)
+        settle()
+        if request["operation"] == "load":
+
+            def call() -> None:
+                io.load_checkpoint(path)
+        else:
+
+            def call() -> None:
+                io.save_checkpoint(contents[1], path)
+                settle()
+
+        tell({"started": True})
+    except BaseException as exc:
+        with _suppress():
+            tell({"started": False, "error": _chain(exc)})
+        os._exit(1)
+    at = request["at"]
+    profile = _InterruptAt(
+        at if isinstance(at, int) else None,
+        lambda where, module: tell({"fired": True, "where": where, "module": module}),
+        str(request.get("package", "")),
+    )
+    ended, error = "returned", ""
+    sys.setprofile(profile)
+    try:
+        call()
+    except KeyboardInterrupt:
+        ended = "interrupted"
+    except BaseException as exc:
+        ended, error = "raised", _chain(exc)
+    finally:
+        sys.setprofile(None)
+    with _suppress():
+        tell(
+            {
+                "ended": ended,
+                "error": error,
+                "fired": bool(profile.where),
+                "points": profile.count,
+                "where": profile.where,
+                "module": profile.module,
+                "own": profile.own,
+            }
+        )
+        gc.collect()  # an unfinished writer's destructor runs now (and may abort the process)
+        tell({"survived": True})
+        teardown = getattr(io, "teardown", None)
+        if callable(teardown):
+            with _suppress():
+                teardown()
+        tell({"torn_down": True})
+    os._exit(0)
+
+
+def _interrupt_trial(
+    factory: Callable[[], object],
+    contents: tuple[dict[str, object], ...],
+    request: dict[str, object],
+) -> dict[str, object]:
+    timeout = float(request["timeout"])  # type: ignore[arg-type]
+    report_r, report_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(report_r)
+        try:
+            _interrupt_child(factory, contents, request, report_w)
+        finally:
+            os._exit(1)
+    os.close(report_w)
+    answer: dict[str, object] = {}
+    buffer = b""
+    deadline = time.monotonic() + timeout
+    status: int | None = None
+    while True:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([report_r], [], [], max(0.0, left))
+        if not ready:
+            break  # the timeout: the child is killed below
+        chunk = os.read(report_r, 65536)
+        if not chunk:
+            break  # the child exited (or closed its end)
+        buffer += chunk
+    os.close(report_r)
+    for line in buffer.decode(errors="replace").splitlines():
+        with _suppress():
+            answer.update(json.loads(line))
+    # The end of the report comes as the child exits, a moment before it can be reaped.
+    while status is None:
+        done, waited = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = waited
+        elif time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            answer["status"] = f"killed after {timeout:.0f} s"
+            break
+        else:
+            time.sleep(0.001)
+    if status is not None and os.WIFSIGNALED(status):
+        answer["status"] = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    elif status is not None and os.WEXITSTATUS(status) != 0:
+        answer["status"] = f"exit status {os.WEXITSTATUS(status)}"
+    return answer
+
+
 class _Lines:
     """Lines read from a file descriptor with no read-ahead beyond what arrived: a process
     forked between two requests starts with nothing buffered (the protocol sends one request
@@ -613,6 +881,7 @@ def _serve_factory(
     except BaseException as exc:  # reported to the parent, which skips or fails
         answer({"fatal": f"importing the factory in a fresh process failed: {exc!r}"})
         return 1
+    gc.freeze()  # forked children collect only what they make (a full collection is slow)
     answer({"ready": True})
     while True:
         line = lines.next()
@@ -621,7 +890,11 @@ def _serve_factory(
         request = json.loads(line)
         if request.get("close"):
             return 0
-        answer(_one_trial(factory, contents, request))
+        interrupt = request.get("interrupt")
+        if isinstance(interrupt, dict):
+            answer(_interrupt_trial(factory, contents, interrupt))
+        else:
+            answer(_one_trial(factory, contents, request))
 
 
 def _serve() -> int:

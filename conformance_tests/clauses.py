@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CLAUSES", "SPEC_VERSION", "Clause", "clause"]
 
-SPEC_VERSION: Final = "1.1"
+SPEC_VERSION: Final = "1.2"
 """The version of ``docs/spec.md`` this module was generated from (``trainspec.SPEC_VERSION``)."""
 
 
@@ -421,6 +421,18 @@ CLAUSES: Final[Mapping[str, Clause]] = MappingProxyType(
                 "naming the path and its type and MUST leave the special file in place, and "
                 "`load_checkpoint` MUST raise `CheckpointCorruptedError` naming the path without "
                 "blocking: it does not wait for a writer on a FIFO and does not read a device."
+            ),
+        ),
+        "CKPT-14": Clause(
+            id="CKPT-14",
+            title="an interruption propagates as itself",
+            members=("CheckpointIO.save_checkpoint", "CheckpointIO.load_checkpoint"),
+            text=(
+                "When a `KeyboardInterrupt` is raised in the calling thread during "
+                "`save_checkpoint` or `load_checkpoint` (Ctrl-C: a signal handler's exception, at "
+                "any point where Python runs one), the call MUST raise that exception itself, "
+                "never an `Exception` that wraps or replaces it, and MUST NOT catch and discard it "
+                "in the implementation's own code."
             ),
         ),
         "ACKPT-1": Clause(

@@ -358,6 +358,7 @@ KIND_TABLE: Final[Mapping[Kind, KindSpec]] = {
             "loading",
             "lifecycle",
             "special_files",
+            "interrupts",
             "async_io",
         ),
         "CKPT-12",
@@ -412,6 +413,15 @@ KIND_TABLE: Final[Mapping[Kind, KindSpec]] = {
                 "saves made while a concurrent reader loads, in the atomicity check",
                 "12",
                 _int(1),
+            ),
+            Option(
+                "interrupt_points",
+                "int >= 0",
+                "interrupt points tried per operation (save, load) in the interruption check "
+                "(CKPT-14): up to half evenly over the implementation's own code, the rest "
+                "evenly over the others; 0 tries every point",
+                "32",
+                _int(0),
             ),
             Option(
                 "trusted_factory",

@@ -53,7 +53,7 @@ from trainspec.types import (
     StorageOptions,
 )
 
-SPEC_VERSION: Final = "1.1"
+SPEC_VERSION: Final = "1.2"
 """The version of ``docs/spec.md`` these protocols implement. A change to a clause's meaning
 bumps the major number; a new clause or optional protocol bumps the minor number."""
 

@@ -32,7 +32,7 @@ class CheckpointIO(Protocol):
     A CheckpointIO knows nothing about ranks: the strategy decides which rank writes and makes the
     others wait. It is called from one thread at a time unless an implementation documents more.
 
-    Clauses CKPT-1 ... CKPT-13 in docs/spec.md (:class:`AsyncCheckpointIO` adds its own).
+    Clauses CKPT-1 ... CKPT-14 in docs/spec.md (:class:`AsyncCheckpointIO` adds its own).
     """
 
     @abstractmethod
@@ -60,7 +60,10 @@ class CheckpointIO(Protocol):
         - raise :class:`~trainspec.CheckpointWriteError` when storage refuses the write,
           leaving the previous checkpoint intact (CKPT-6);
         - refuse a FIFO, device or socket at a local ``path`` with ``CheckpointWriteError``
-          naming the path and its type, leaving it in place (CKPT-13).
+          naming the path and its type, leaving it in place (CKPT-13);
+        - let a ``KeyboardInterrupt`` (any ``BaseException`` that is not an ``Exception``)
+          raised during the save propagate as itself, never translated, wrapped or discarded,
+          leaving the previous or the new checkpoint (CKPT-14).
         """
 
     @abstractmethod
@@ -75,7 +78,8 @@ class CheckpointIO(Protocol):
         that exists but is not a complete checkpoint (empty, truncated, random bytes, another
         format, a directory) **must** raise :class:`~trainspec.CheckpointCorruptedError`
         naming the path (CKPT-10); so **must** a FIFO, device or socket, without blocking
-        (CKPT-13).
+        (CKPT-13). A ``KeyboardInterrupt`` raised during the load **must** propagate as itself
+        and change nothing at ``path`` (CKPT-14).
         """
 
     @abstractmethod

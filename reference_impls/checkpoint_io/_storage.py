@@ -406,17 +406,27 @@ class _TrackedWriter(io.RawIOBase):
 
     torch's zip writer swallows the ``OSError`` of a failed ``write`` (a full disk) and raises
     a ``RuntimeError`` about file positions instead; the remembered error is the real cause.
+
+    Closed explicitly by :func:`atomic_write`, never left to the garbage collector: closing
+    runs :meth:`flush`, Python code, and a ``KeyboardInterrupt`` raised in Python code that a
+    finalizer runs is silently dropped (Ctrl-C would be lost). After :meth:`discard`, writes
+    are accepted and dropped: an interrupted ``torch.save`` may leave its zip writer
+    unfinished, and the writer's destructor, whenever it runs, then writes the end of the
+    archive; raising there (the temporary file is closed by then) aborts the process.
     """
 
     def __init__(self, raw: IO[bytes]) -> None:
         super().__init__()
         self._raw = raw
+        self._discarding = False
         self.error: OSError | None = None
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Buffer) -> int:
+        if self._discarding:
+            return memoryview(data).nbytes
         try:
             written = self._raw.write(data)
         except OSError as exc:
@@ -426,7 +436,13 @@ class _TrackedWriter(io.RawIOBase):
         return written if written is not None else 0
 
     def flush(self) -> None:
-        self._raw.flush()
+        if not self._discarding:
+            self._raw.flush()
+
+    def discard(self) -> None:
+        """Accept and drop every later write; close without touching ``raw``."""
+        self._discarding = True
+        self.close()
 
 
 def _unlink_quietly(path: str) -> None:
@@ -484,13 +500,34 @@ def _hold_replaced(target: str) -> int | None:
 def _release(fd: int) -> None:
     """Close ``fd`` on a daemon thread: the last close of an unlinked file frees its blocks.
 
-    Closes it here instead when no thread can be started (interpreter shutdown, limits)."""
+    Closes it here instead when no thread can be started (interpreter shutdown, limits). An
+    interruption while the thread starts propagates as itself (``Thread.start`` may wrap it
+    in a ``RuntimeError`` about an unlocked lock); ``fd`` is then closed exactly once, by
+    whichever of the thread and this call takes it first.
+    """
+    owner = [fd]
+    interrupted: BaseException | None = None
     try:
         threading.Thread(
-            target=_close_quietly, args=(fd,), name=_RELEASE_THREAD, daemon=True
+            target=_close_owned, args=(owner,), name=_RELEASE_THREAD, daemon=True
         ).start()
-    except RuntimeError:
-        _close_quietly(fd)
+    except BaseException as exc:
+        _close_owned(owner)
+        interrupted = interruption(exc)
+        if interrupted is None and not isinstance(exc, RuntimeError):
+            raise
+    if interrupted is not None:
+        raise interrupted  # outside the handler: no context cycle through the wrapper
+
+
+def _close_owned(owner: list[int]) -> None:
+    """Close the descriptor in ``owner`` unless another caller took it (``list.pop`` is one
+    step under the GIL, so exactly one caller gets it)."""
+    try:
+        fd = owner.pop()
+    except IndexError:
+        return
+    _close_quietly(fd)
 
 
 def wait_for_releases(timeout: float | None = None) -> None:
@@ -668,6 +705,7 @@ def atomic_write(location: Location, write: Callable[[IO[bytes]], None], *, fmt:
         temp = _open_temp(directory, name, existing)
         tracked = _TrackedWriter(temp.file)
         write(cast("IO[bytes]", tracked))
+        tracked.close()  # here, where an interruption propagates (see _TrackedWriter)
         temp.file.flush()
         os.fsync(temp.file.fileno())
         if os.name != "posix":
@@ -676,6 +714,8 @@ def atomic_write(location: Location, write: Callable[[IO[bytes]], None], *, fmt:
         replaced = _hold_replaced(target)
         os.replace(temp.path, target)
     except BaseException as exc:
+        if tracked is not None:
+            tracked.discard()
         if replaced is not None:
             _close_quietly(replaced)  # still linked: closing frees nothing
         if temp is not None:
@@ -748,8 +788,11 @@ def _remote_write(
         with fs.open(temp, "wb") as raw:  # type: ignore[attr-defined]
             tracked = _TrackedWriter(raw)
             write(cast("IO[bytes]", tracked))
+            tracked.close()
         fs.mv(temp, path)  # type: ignore[attr-defined]
     except BaseException as exc:
+        if tracked is not None:
+            tracked.discard()
         _remote_rm_quietly(fs, temp)
         failure = _finish_failed_write(exc, tracked, shown, fmt)
     if failure is not None:
@@ -833,14 +876,34 @@ def _open_local(path: str) -> IO[bytes]:
     """
     _check_regular(os.stat(path), path)
     fd = os.open(path, _OPEN_SPECIAL_SAFE)
+    opened: os.stat_result | None = None
     try:
-        _check_regular(os.fstat(fd), path)
+        opened = os.fstat(fd)
+        _check_regular(opened, path)
         if hasattr(os, "O_NONBLOCK"):
             os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
+        return open(fd, "rb")  # the file object owns fd from here on
     except BaseException:
-        os.close(fd)
+        _close_unless_taken(fd, opened)
         raise
+
+
+def _close_unless_taken(fd: int, opened: os.stat_result | None) -> None:
+    """Close ``fd`` after a failed open, unless a file object already took and closed it.
+
+    An interruption can be raised just after ``open(fd)`` returned: the new file object is
+    then freed as the exception unwinds, closing ``fd`` itself; closing it again would close
+    whatever file another thread opened under the same number meanwhile. ``fd`` is closed
+    here only while it still names the file that was opened (``opened``).
+    """
+    if opened is not None:
+        try:
+            now = os.fstat(fd)
+        except OSError:
+            return  # already closed
+        if not os.path.samestat(now, opened):
+            return  # closed and reused by another open
+    _close_quietly(fd)
 
 
 def _remote_kind(fs: object, path: str) -> str | None:

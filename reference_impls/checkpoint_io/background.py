@@ -133,7 +133,10 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
         if reuse_buffers is None:
             reuse_buffers = type(self._inner) in _KEEPS_NO_REFERENCES
         self._pool = BufferPool(max_pending) if reuse_buffers else None
-        self._cond = threading.Condition()
+        # Entered as `with self._lock:` (C, so no signal handler runs between taking the
+        # lock and the block's protection); waited on through _wait_locked.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._queue: deque[_Job] = deque()
         self._pending_by_key: dict[str, int] = {}
         self._pending = 0  # queued plus the one being written
@@ -199,18 +202,32 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
 
     # --- worker -----------------------------------------------------------------------------
 
+    def _wait_locked(self) -> None:
+        """``self._cond.wait()``, except that an interruption always leaves with the lock held.
+
+        ``Condition.wait`` releases the lock, then enters the ``try`` whose ``finally`` takes
+        it back; a ``KeyboardInterrupt`` raised between the two leaves ``wait`` with the lock
+        released, and the caller's ``with`` block would then fail to release it with a
+        ``RuntimeError`` that hides the interrupt. Every caller holds the lock exactly once.
+        """
+        try:
+            self._cond.wait()
+        except BaseException:
+            if not self._lock._is_owned():  # type: ignore[attr-defined]  # C RLock helper
+                self._lock.acquire()
+            raise
+
     def _release_leaked_lock(self) -> None:
         """Release what this thread still holds of the lock outside any ``with`` block.
 
-        CPython can raise ``KeyboardInterrupt`` (any signal handler's exception) just after a
-        ``with self._cond:`` acquired the lock and before its body is protected, or as its
-        ``__exit__`` is called: the thread then owns the (reentrant) lock with nobody left to
-        release it, and a worker woken by ``teardown`` could never take it back and return.
-        Called only where this thread holds no lock legitimately (before joining the worker).
+        ``with self._lock:`` on the C lock cannot leak a level (no signal handler runs
+        inside its ``__enter__``), but a ``with`` on a ``threading.Condition`` could (its
+        ``__enter__`` is Python), and so can a caller's own ``acquire``: kept as a guard, so
+        that a worker woken by ``teardown`` can always take the lock back and return. Called
+        only where this thread holds no lock legitimately (before joining the worker).
         """
-        owned = getattr(self._cond, "_is_owned", None)  # threading.Condition's own helper
-        while callable(owned) and owned():
-            self._cond.release()
+        while self._lock._is_owned():  # type: ignore[attr-defined]  # C RLock helper
+            self._lock.release()
 
     def _ensure_worker_locked(self) -> None:
         if self._worker is None or not self._worker.is_alive():
@@ -222,9 +239,9 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
     def _run(self) -> None:
         me = threading.current_thread()
         while True:
-            with self._cond:
+            with self._lock:
                 while not self._queue and self._worker is me:
-                    self._cond.wait()
+                    self._wait_locked()
                 if self._worker is not me:
                     return  # torn down (teardown waited until nothing was pending)
                 job = self._queue[0]
@@ -233,7 +250,7 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
                 self._inner.save_checkpoint(job.checkpoint, job.path, job.storage_options)
             except BaseException as exc:  # handed to the caller (ACKPT-2)
                 error = exc
-            with self._cond:
+            with self._lock:
                 self._queue.popleft()
                 job.checkpoint = {}
                 if error is not None:
@@ -265,10 +282,10 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
         path = self._at_call_time(path)
         job = _Job(path, self._key(path))
         try:
-            with self._cond:
+            with self._lock:
                 self._raise_pending_error_locked()
                 while self._pending >= self._max_pending:
-                    self._cond.wait()
+                    self._wait_locked()
                 self._raise_pending_error_locked()
                 # Counted before the snapshot so that a concurrent load of this path waits.
                 self._count_locked(job)
@@ -277,7 +294,7 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
             job.checkpoint, job.storages = snapshot(checkpoint, reserved)
             if storage_options is not None:
                 job.storage_options = dict(storage_options)
-            with self._cond:
+            with self._lock:
                 self._queue.append(job)
                 self._ensure_worker_locked()
                 self._cond.notify_all()
@@ -285,7 +302,7 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
             # Any exception, a KeyboardInterrupt at any point above included: a queued job
             # gets written; otherwise the counts are as if this call never happened (a
             # leaked count would make wait() and teardown() -- and the exit hook -- hang).
-            with self._cond:
+            with self._lock:
                 if not job.finished:
                     if any(queued is job for queued in self._queue):
                         self._ensure_worker_locked()
@@ -312,9 +329,9 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
         job.counted = False
 
     def _wait_for_key(self, key: str) -> None:
-        with self._cond:
+        with self._lock:
             while self._pending_by_key.get(key, 0) > 0:
-                self._cond.wait()
+                self._wait_locked()
             self._raise_pending_error_locked()
 
     def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
@@ -334,18 +351,18 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
     def wait(self) -> None:
         """Block until every pending save is written; raise the first background error since
         the last report, once (ACKPT-5)."""
-        with self._cond:
+        with self._lock:
             while self._pending > 0:
-                self._cond.wait()
+                self._wait_locked()
             self._raise_pending_error_locked()
 
     def teardown(self) -> None:
         """Wait for every pending save (ACKPT-4), stop the worker and tear the inner IO down,
         then raise the first unreported background error, if any. Idempotent; a later save
         starts a new worker (CKPT-12)."""
-        with self._cond:
+        with self._lock:
             while self._pending > 0:
-                self._cond.wait()
+                self._wait_locked()
             worker = self._worker
             self._worker = None  # the worker sees this and returns
             if self._pool is not None:
@@ -357,5 +374,5 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
         try:
             self._inner.teardown()
         finally:
-            with self._cond:
+            with self._lock:
                 self._raise_pending_error_locked()

@@ -82,7 +82,7 @@ from trainspec.reference.checkpoint_io._checks import (
     check_map_location,
 )
 from trainspec.reference.checkpoint_io._errors import UnsafeContentError
-from trainspec.reference.checkpoint_io.torch_io import decode_torch
+from trainspec.reference.checkpoint_io.torch_io import decode_torch, finish_abandoned_writers
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -99,7 +99,6 @@ STAGING_PREFIX: Final = ".staging-"
 _FORMAT: Final = "trainspec-dcp/1"
 _DCP_METADATA: Final = ".metadata"
 _SCALARS: Final = (int, float, bool, str, type(None))
-_LOAD_ATTEMPTS: Final = 8
 
 
 class _Slot:
@@ -292,9 +291,12 @@ class DCPCheckpointIO(DistributedCheckpointIO):
         with _quiet_single_process():
             dcp_save(tensors, storage_writer=writer, no_dist=self.world_size == 1)
         if self.rank == 0:
-            _write_file(
-                os.path.join(staging, SKELETON), lambda f: torch.save(_encode_slots(skeleton), f)
-            )
+            # Encoded in memory first: torch's zip writer must never outlive the file it was
+            # given (an interrupted torch.save's writer writes into it when freed, and into a
+            # closed file that aborts the process).
+            encoded = io.BytesIO()
+            torch.save(_encode_slots(skeleton), encoded)
+            _write_file(os.path.join(staging, SKELETON), lambda f: f.write(encoded.getbuffer()))
 
     def commit(self, where: str, staging: str, token: str) -> None:
         """Make the staged save the checkpoint at ``where`` (rank 0 only, after every rank
@@ -319,17 +321,21 @@ class DCPCheckpointIO(DistributedCheckpointIO):
 
         A save that commits while this load reads removes the save being read; the load then
         follows the new pointer and starts again, so it returns the previous or the new
-        checkpoint (DCKPT-2, CKPT-3)."""
+        checkpoint (DCKPT-2, CKPT-3). It starts again as long as every failed read raced a
+        new commit (a reader slower than a writer that saves back to back is not starved
+        after a fixed number of tries); a failure with the same save still committed is
+        real damage and is raised."""
         where = _local_path(path, "load_checkpoint")
         check_map_location(map_location)
-        for _ in range(_LOAD_ATTEMPTS - 1):
-            version = _committed_directory(where)
+        version = _committed_directory(where)
+        while True:
             try:
                 return self._load_version(where, version, map_location)
             except CheckpointError:
-                if _committed_directory_quietly(where) == version:
+                latest = _committed_directory_quietly(where)
+                if latest is None or latest == version:
                     raise  # nothing was committed meanwhile: the damage is real
-        return self._load_version(where, _committed_directory(where), map_location)
+                version = latest
 
     def _load_version(self, where: str, version: str, map_location: MapLocation) -> Checkpoint:
         try:
@@ -365,6 +371,9 @@ class DCPCheckpointIO(DistributedCheckpointIO):
                 with _quiet_single_process():
                     dcp_load(flat, storage_reader=reader, no_dist=True)
         except (Exception, CheckpointException) as error:  # DCP's is a BaseException
+            interrupted = _interruption(error, 0)  # no_dist: DCP files it as rank 0
+            if interrupted is not None:
+                raise interrupted from None  # Ctrl-C during the read (CKPT-14)
             raise CheckpointCorruptedError(
                 f"{where} is not a complete DCP checkpoint (a part is missing, truncated or "
                 "damaged)"
@@ -399,9 +408,17 @@ class DCPCheckpointIO(DistributedCheckpointIO):
         if not rank_zero or self.rank == 0:
             try:
                 action()
-            except (Exception, CheckpointException) as caught:  # DCP's is a BaseException
+            except BaseException as caught:  # DCP's CheckpointException is a BaseException
                 error = caught
+        interrupted = None if error is None else _interruption(error, self.rank)
+        if interrupted is not None:
+            # DCP's writer hands each tensor to torch.save with a stream it closes itself.
+            finish_abandoned_writers(interrupted)
+        # Even an interrupted rank tells the others (they raise CheckpointWriteError instead
+        # of waiting for it), then raises the interruption itself (CKPT-14).
         self._agree(what, where, error)
+        if interrupted is not None:
+            raise interrupted
         if error is not None:
             if isinstance(error, CheckpointError):
                 raise error
@@ -433,6 +450,29 @@ class DCPCheckpointIO(DistributedCheckpointIO):
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _interruption(error: BaseException, rank: int) -> BaseException | None:
+    """The ``KeyboardInterrupt``, ``SystemExit``, ... (a ``BaseException`` that is not an
+    ``Exception``) of this rank in ``error``: itself, its cause/context chain, or this rank's
+    failure among those DCP gathers into a ``CheckpointException`` (a ``BaseException`` that
+    is not one). Another rank's interruption is that rank's: here it is a failed step."""
+    pending: list[BaseException] = [error]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, CheckpointException):
+            failure = current.failures.get(rank)
+            wrapped = failure[0] if isinstance(failure, tuple) else failure
+            if isinstance(wrapped, BaseException):
+                pending.append(wrapped)
+        elif not isinstance(current, Exception):
+            return current
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return None
 
 
 def _local_path(path: PathLike, method: str) -> str:

@@ -27,7 +27,7 @@ from ._errors import UnresolvedContentError, UnsafeContentError
 if TYPE_CHECKING:
     from trainspec.types import Checkpoint, MapLocation, PathLike, StorageOptions
 
-__all__ = ["TorchCheckpointIO", "decode_torch", "encode_torch"]
+__all__ = ["TorchCheckpointIO", "decode_torch", "encode_torch", "finish_abandoned_writers"]
 
 FORMAT = "torch.save"
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL (\S+)")
@@ -75,13 +75,50 @@ _MAX_PICKLES: Final = 5  # the legacy (non-zip) format is five pickles, then raw
 _MAX_OPCODES: Final = 1_000_000  # a checkpoint's pickle is small; its tensors are elsewhere
 
 
+class _Archive(zipfile.ZipFile):
+    """A ``ZipFile`` whose finalizer runs no Python code; always closed by a ``with`` block.
+
+    ``ZipFile.__del__`` is Python (it calls ``close``), and a ``KeyboardInterrupt`` raised in
+    Python code that a finalizer runs is silently dropped: a Ctrl-C landing as the archive is
+    freed would be lost. ``object.__init__`` is C and does nothing, so no signal handler can
+    run inside this finalizer (scripts/interrupt_every_point.py finds such places).
+    """
+
+    __del__ = object.__init__
+
+
+def finish_abandoned_writers(error: BaseException) -> None:
+    """Finish the torch zip writers that ``error``'s traceback keeps alive, unfinished.
+
+    An interrupt inside ``torch.save`` can leave its C++ zip writer unfinished; its
+    destructor, run whenever the traceback is freed, writes the end of the archive into the
+    file object it was given, and if that file is closed by then, the exception thrown in the
+    destructor aborts the process. Calling ``write_end_of_file`` here marks such a writer
+    finished even when the write fails (the file may already be closed), so its destructor
+    does nothing. Used where the file object belongs to someone else (DCP's writer).
+    """
+    writer_type = getattr(torch._C, "PyTorchFileWriter", None)
+    if writer_type is None:
+        return
+    tb = error.__traceback__
+    while tb is not None:
+        for value in list(tb.tb_frame.f_locals.values()):
+            candidate = getattr(value, "file_like", value)  # torch's _opener holds it there
+            if isinstance(candidate, writer_type):
+                try:
+                    candidate.write_end_of_file()
+                except Exception:
+                    pass
+        tb = tb.tb_next
+
+
 def _pickle_streams(file: IO[bytes]) -> Iterator[IO[bytes]]:
     """The pickle streams of a torch file: ``data.pkl`` of a zip checkpoint, or the file
     itself (legacy format or a raw pickle)."""
     file.seek(0)
     if zipfile.is_zipfile(file):
         file.seek(0)
-        with zipfile.ZipFile(file) as archive:
+        with _Archive(file) as archive:
             for name in archive.namelist():
                 if name == "data.pkl" or name.endswith("/data.pkl"):
                     with archive.open(name) as member:
@@ -223,7 +260,7 @@ def _verify_record_checksums(file: IO[bytes]) -> None:
         file.seek(0)
         return
     file.seek(0)
-    with zipfile.ZipFile(file) as archive:
+    with _Archive(file) as archive:
         for info in archive.infolist():
             if "/data/" in info.filename or info.file_size > _MAX_RECORD_BYTES:
                 continue

@@ -394,6 +394,37 @@ def dcp_failure_on_one_rank_reaches_every_rank(directory: str) -> dict[str, Any]
         strategy.teardown()
 
 
+def dcp_interrupt_on_one_rank(directory: str) -> dict[str, Any]:
+    """Ctrl-C on rank 0 while DCP writes (a replicated tensor: rank 0 writes it, CKPT-14):
+    rank 0 raises the interrupt itself, rank 1 a CheckpointWriteError naming the failed rank;
+    both keep the old save."""
+    path = os.path.join(directory, "interrupted")
+    strategy = fsdp()
+    try:
+        io = strategy.checkpoint_io
+        io.save_checkpoint({"x": torch.ones(2)}, path)
+        real_save = torch.save
+
+        def interrupted_save(*args: Any, **kwargs: Any) -> None:
+            raise KeyboardInterrupt
+
+        if strategy.global_rank == 0:
+            torch.save = interrupted_save  # DCP hands the tensors it writes to torch.save
+        try:
+            io.save_checkpoint({"x": torch.zeros(2)}, path)
+            raised = "nothing"
+        except KeyboardInterrupt:
+            raised = "KeyboardInterrupt"
+        except CheckpointError as error:
+            raised = f"{type(error).__name__}: {error}"
+        finally:
+            torch.save = real_save
+        kept = io.load_checkpoint(path)["x"].tolist()
+        return {"raised": raised, "kept": kept}
+    finally:
+        strategy.teardown()
+
+
 def dcp_damaged_checkpoints_raise_checkpoint_errors(directory: str) -> dict[str, Any]:
     path = os.path.join(directory, "damaged")
     strategy = fsdp()

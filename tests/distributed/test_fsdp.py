@@ -95,6 +95,16 @@ def test_a_save_failing_on_one_rank_fails_every_rank_and_keeps_the_old_checkpoin
     assert [result["kept"] for result in results] == [[1.0, 1.0]] * 2
 
 
+def test_an_interrupt_on_one_rank_is_its_own_and_a_failed_save_on_the_others(
+    world: Any, tmp_path: Path
+) -> None:
+    results = run(world, "dcp_interrupt_on_one_rank", str(tmp_path))
+    assert results[0]["raised"] == "KeyboardInterrupt"
+    assert results[1]["raised"].startswith("CheckpointWriteError"), results[1]
+    assert "rank 0" in results[1]["raised"] or "KeyboardInterrupt" in results[1]["raised"]
+    assert [result["kept"] for result in results] == [[1.0, 1.0]] * 2
+
+
 def test_damaged_sharded_checkpoints_raise_checkpoint_errors(world: Any, tmp_path: Path) -> None:
     results = run(world, "dcp_damaged_checkpoints_raise_checkpoint_errors", str(tmp_path))
     assert results[0]["files"] >= 4  # pointer, metadata, skeleton, one part per rank

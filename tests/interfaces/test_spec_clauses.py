@@ -29,7 +29,7 @@ INTERFACES = ROOT / "interfaces"
 AGREED = {
     "ACC": 10,
     "PREC": 12,
-    "CKPT": 13,
+    "CKPT": 14,
     "ACKPT": 5,
     "COLL": 16,
     "ENV": 6,

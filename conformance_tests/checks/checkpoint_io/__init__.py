@@ -1,4 +1,4 @@
-"""Behaviour checks for :class:`trainspec.CheckpointIO` (CKPT-1 ... CKPT-13) and
+"""Behaviour checks for :class:`trainspec.CheckpointIO` (CKPT-1 ... CKPT-14) and
 :class:`trainspec.AsyncCheckpointIO` (ACKPT-1 ... ACKPT-5, capability ``"async"``).
 
 Every check makes fresh instances with ``target.make()`` and a fresh location: a directory
@@ -24,6 +24,10 @@ Options read from ``target.options``:
     a machine with only a CPU.
 ``atomicity_rounds`` (int, default 12)
     Saves made while a concurrent reader loads, in the atomicity check.
+``interrupt_points`` (int, default 32)
+    Interrupt points tried per operation (save, load) in the interruption check (CKPT-14):
+    up to half evenly over the points in the implementation's own code, the rest evenly over
+    the others; 0 tries every point.
 ``trusted_factory`` (callable returning a CheckpointIO, optional)
     An instance explicitly configured to trust pickled content (e.g.
     ``TorchCheckpointIO(weights_only=False)``); with it the ``pickle`` check also verifies the
@@ -39,6 +43,7 @@ Every public name is re-exported here.
 - :mod:`.loading`: CKPT-7 ... CKPT-10
 - :mod:`.lifecycle`: CKPT-11, CKPT-12
 - :mod:`.special_files`: CKPT-13
+- :mod:`.interrupts`: CKPT-14
 - :mod:`.async_io`: ACKPT-1 ... ACKPT-5 (capability ``async``)
 """
 
@@ -70,6 +75,10 @@ from trainspec.conformance.checks.checkpoint_io.atomicity import (
     check_checkpoint_io_killed_save_leaves_old_or_new_checkpoint,
     check_checkpoint_io_save_leaves_no_temporary_files,
     check_checkpoint_io_saves_are_atomic_on_another_file_system_than_tmpdir,
+)
+from trainspec.conformance.checks.checkpoint_io.interrupts import (
+    check_checkpoint_io_interrupted_load_raises_the_interrupt,
+    check_checkpoint_io_interrupted_save_raises_the_interrupt,
 )
 from trainspec.conformance.checks.checkpoint_io.lifecycle import (
     check_checkpoint_io_remove_is_idempotent,
@@ -127,6 +136,8 @@ __all__ = [
     "check_checkpoint_io_corrupted_file_raises_corrupted_error",
     "check_checkpoint_io_failed_save_leaves_previous_checkpoint_intact",
     "check_checkpoint_io_killed_save_leaves_old_or_new_checkpoint",
+    "check_checkpoint_io_interrupted_load_raises_the_interrupt",
+    "check_checkpoint_io_interrupted_save_raises_the_interrupt",
     "check_checkpoint_io_load_places_tensors_by_map_location",
     "check_checkpoint_io_load_refuses_special_files_without_blocking",
     "check_checkpoint_io_load_returns_the_latest_save",

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Final
 import torch
 
 from trainspec.checkpoint_io import AsyncCheckpointIO, CheckpointIO
-from trainspec.conformance._helpers import checkpoint_differences, failure, snippet
+from trainspec.conformance._helpers import (
+    checkpoint_differences,
+    failure,
+    importable_path,
+    snippet,
+)
 from trainspec.conformance.core import CheckSkipped, Target
 from trainspec.conformance.hypothesis_strategies import supported_dtypes
 
@@ -118,6 +123,22 @@ def _no_other_file_system() -> str:
 def _require_local(location: _Location) -> None:
     if not location.local:
         raise CheckSkipped("base_path is a URL; this check inspects local files")
+
+
+def _forkable_factory(target: _Target, purpose: str) -> tuple[str, str]:
+    """``(module, qualname)`` of the target's factory, for a fresh process that forks children
+    to ``purpose`` (the kill server); raises CheckSkipped on a platform without fork, or for a
+    factory a fresh process cannot import (a lambda, a local function, a partial)."""
+    if not hasattr(os, "fork"):
+        raise CheckSkipped(f"this platform cannot fork a process to {purpose} (POSIX only)")
+    located = importable_path(target.factory)
+    if located is None:
+        raise CheckSkipped(
+            f"the factory {target.factory!r} is not importable by its module and name (a "
+            f"lambda, local function or partial): a child process cannot build the IO to "
+            f"{purpose}"
+        )
+    return located
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@ from trainspec.conformance._helpers import (
     describe_exception,
     describe_value,
     failure,
-    importable_path,
     int_option,
 )
 from trainspec.conformance.checks.checkpoint_io._fixtures import (
@@ -28,6 +27,7 @@ from trainspec.conformance.checks.checkpoint_io._fixtures import (
     _caps,
     _dtypes,
     _equal_or_fail,
+    _forkable_factory,
     _io_snippet,
     _Location,
     _location,
@@ -434,14 +434,7 @@ def check_checkpoint_io_killed_save_leaves_old_or_new_checkpoint(target: _Target
     and the next save leaves what one save leaves. Skipped (counted) when the factory is not
     importable by its module and name (a lambda, a local function, a partial).
     """
-    if not hasattr(os, "fork"):
-        raise CheckSkipped("this platform cannot fork a writer to kill (POSIX only)")
-    located = importable_path(target.factory)
-    if located is None:
-        raise CheckSkipped(
-            f"the factory {target.factory!r} is not importable by its module and name (a "
-            "lambda, local function or partial): a child process cannot build the IO to kill"
-        )
+    located = _forkable_factory(target, "kill")
     dtypes = _dtypes(target)
     dtype = torch.float32 if torch.float32 in dtypes else dtypes[0]
     versions = kill_checkpoints(_KILL_NUMEL, dtype)

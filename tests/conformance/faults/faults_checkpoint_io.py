@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import os
 import shutil
 import tempfile
@@ -647,7 +648,12 @@ it must be rejected."""
 class PlainAtomicIO(CheckpointIO):
     """A CORRECT, minimal third-party IO written against the protocol only (no reference
     base): torch.save to a temporary file in the target's directory (locked while written),
-    fsync, os.replace; a save removes the unlocked temporary files of killed writers."""
+    fsync, os.replace; a save removes the unlocked temporary files of killed writers.
+
+    Correct for CKPT-1 ... CKPT-13. Like most code that hands ``torch.save`` an open file,
+    it breaks CKPT-14 at a few points: an interrupt while torch's zip writer is being created
+    leaves it unfinished, and its destructor aborts the process once the file is closed (the
+    every-point interrupt check finds it; see ClosesUnderTorchWriterIO)."""
 
     @staticmethod
     def _remove_stale(directory: str, prefix: str) -> None:
@@ -690,6 +696,15 @@ class PlainAtomicIO(CheckpointIO):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(staged)
+
+    def _prepare(self, path: PathLike) -> tuple[str, str, str]:
+        """The absolute target, its directory (created, stale temporary files removed) and the
+        prefix of its temporary files."""
+        target = os.path.abspath(os.fspath(path))
+        directory, prefix = os.path.dirname(target), f".{os.path.basename(target)}.plain-"
+        os.makedirs(directory, exist_ok=True)
+        self._remove_stale(directory, prefix)
+        return target, directory, prefix
 
     # The steps the CKPT-6 faults override.
 
@@ -901,4 +916,173 @@ CKPT_13_FAULTS: tuple[type[CheckpointIO], ...] = (
 """Third-party shaped IOs that destroy, or block on, special files (CKPT-13)."""
 
 
-FAULTS = (*FAULTS, *CKPT_6_FAULTS, *CKPT_13_FAULTS)
+# --------------------------------------------------------------------------- CKPT-14
+
+
+class TranslatesInterruptTorchIO(_TorchFault):
+    """Turns anything a save raises, Ctrl-C included, into CheckpointWriteError."""
+
+    clause = "CKPT-14"
+    rejected_by = "check_checkpoint_io_interrupted_save_raises_the_interrupt"
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        try:
+            super().save_checkpoint(checkpoint, path, storage_options)
+        except BaseException as exc:
+            raise CheckpointWriteError(f"cannot save {os.fspath(path)}: {exc!r}") from exc
+
+
+class TranslatesInterruptOnLoadTorchIO(_TorchFault):
+    """Reports an interrupted load as a corrupted checkpoint."""
+
+    clause = "CKPT-14"
+    rejected_by = "check_checkpoint_io_interrupted_load_raises_the_interrupt"
+
+    def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
+        try:
+            return super().load_checkpoint(path, map_location)
+        except KeyboardInterrupt as exc:
+            raise CheckpointCorruptedError(f"{os.fspath(path)} could not be read") from exc
+
+
+class SwallowsInterruptIO(PlainAtomicIO):
+    """Third-party shaped: catches KeyboardInterrupt during a save and returns as if saved."""
+
+    clause: ClassVar[str] = "CKPT-14"
+    rejected_by: ClassVar[str] = "check_checkpoint_io_interrupted_save_raises_the_interrupt"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"local_paths"})
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        with contextlib.suppress(KeyboardInterrupt):
+            super().save_checkpoint(checkpoint, path, storage_options)
+
+
+class LeavesStagedFileOnInterruptIO(PlainAtomicIO):
+    """Third-party shaped: removes its staged file only when an Exception is raised, and never
+    cleans stale ones, so an interrupted save leaves its staged file forever."""
+
+    clause: ClassVar[str] = "CKPT-14"
+    rejected_by: ClassVar[str] = "check_checkpoint_io_interrupted_save_raises_the_interrupt"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"local_paths"})
+
+    @staticmethod
+    def _remove_stale(directory: str, prefix: str) -> None:
+        return None
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        target = os.path.abspath(os.fspath(path))
+        directory = os.path.dirname(target)
+        os.makedirs(directory, exist_ok=True)
+        handle, staged = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                torch.save(checkpoint, file)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(staged, target)
+        except Exception:
+            os.remove(staged)
+            raise
+
+
+class ClosesUnderTorchWriterIO(PlainAtomicIO):
+    """Third-party shaped: passes torch.save a wrapper that raises once its file is closed,
+    and closes the file when the save fails. An interrupt before torch's zip writer is
+    finished (a few points of a save: declare ``interrupt_points=0`` to reach them) leaves a
+    writer whose destructor later writes into the closed file, which aborts the process."""
+
+    clause: ClassVar[str] = "CKPT-14"
+    rejected_by: ClassVar[str] = "check_checkpoint_io_interrupted_save_raises_the_interrupt"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"local_paths"})
+    conformance_options: ClassVar[dict[str, object]] = {"interrupt_points": 0}
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        target, directory, prefix = self._prepare(path)
+        handle, staged = tempfile.mkstemp(dir=directory, prefix=prefix)
+        file = os.fdopen(handle, "wb")
+        failed: BaseException | None = None
+        try:
+            torch.save(checkpoint, _ClosedRaises(file))
+            file.flush()
+            os.fsync(file.fileno())
+            file.close()
+            os.replace(staged, target)
+        except BaseException as exc:
+            file.close()  # the fault: torch's writer may still write here when it is freed
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(staged)
+            failed = _interruption_in(exc) or exc  # otherwise careful: the interrupt itself
+        if failed is not None:
+            raise failed
+
+
+def _interruption_in(exc: BaseException) -> BaseException | None:
+    """The first BaseException that is not an Exception in ``exc``'s cause/context chain."""
+    current: BaseException | None = exc
+    while current is not None:
+        if not isinstance(current, Exception):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+class _ClosedRaises:
+    """A file-like for torch.save: ``write`` raises ValueError once ``file`` is closed."""
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+
+    def write(self, data: bytes) -> int:
+        return int(self._file.write(data))
+
+    def flush(self) -> None:
+        self._file.flush()
+
+
+class NamedTemporaryFileIO(PlainAtomicIO):
+    """A CORRECT third-party shaped IO, CKPT-14 included: serialises into memory (so torch's
+    writer never outlives the file it writes to), then stages through
+    ``tempfile.NamedTemporaryFile``, whose closer has a Python ``__del__``: an interrupt
+    raised there is dropped by CPython, outside this package, which CKPT-14 does not hold
+    against it."""
+
+    def save_checkpoint(
+        self, checkpoint: Checkpoint, path: PathLike, storage_options: StorageOptions = None
+    ) -> None:
+        target, directory, prefix = self._prepare(path)
+        staged = None
+        try:
+            encoded = io.BytesIO()
+            torch.save(checkpoint, encoded)
+            with tempfile.NamedTemporaryFile(dir=directory, prefix=prefix, delete=False) as file:
+                staged = file.name
+                file.write(encoded.getbuffer())
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(staged, target)
+        except BaseException:
+            if staged is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(staged)
+            raise
+
+
+CKPT_14_FAULTS: tuple[type[CheckpointIO], ...] = (
+    TranslatesInterruptTorchIO,
+    TranslatesInterruptOnLoadTorchIO,
+    SwallowsInterruptIO,
+    LeavesStagedFileOnInterruptIO,
+    ClosesUnderTorchWriterIO,
+)
+"""IOs that translate, swallow or mishandle a KeyboardInterrupt (CKPT-14)."""
+
+
+FAULTS = (*FAULTS, *CKPT_6_FAULTS, *CKPT_13_FAULTS, *CKPT_14_FAULTS)

@@ -200,3 +200,36 @@ def test_bad_constructor_arguments_name_the_valid_values() -> None:
         DCPCheckpointIO(thread_count=0)
     with pytest.raises(TypeError, match="bool"):
         DCPCheckpointIO(weights_only="yes")  # type: ignore[arg-type]
+
+
+def test_a_load_outlasting_many_commits_is_not_starved(tmp_path: Path) -> None:
+    # A reader slower than a writer saving back to back: every read of the committed save
+    # races a new commit (which removes the save being read). The load follows the pointer
+    # for as long as commits keep coming, and returns the save it finally reads whole.
+    path = tmp_path / "ckpt"
+    writer = DCPCheckpointIO()
+    writer.save_checkpoint({"w": torch.zeros(3)}, path)
+    read = DCPCheckpointIO._load_version
+    raced: list[int] = []
+
+    class SlowReader(DCPCheckpointIO):
+        def _load_version(self, where, version, map_location):  # type: ignore[no-untyped-def]
+            if len(raced) < 20:  # far more commits than any fixed number of tries
+                raced.append(len(raced))
+                # The commit removes the save this read was about to read.
+                writer.save_checkpoint({"w": torch.full((3,), float(len(raced)))}, path)
+                assert not os.path.exists(version)
+            return read(self, where, version, map_location)
+
+    loaded = SlowReader().load_checkpoint(path)
+    assert len(raced) == 20
+    assert torch.equal(loaded["w"], torch.full((3,), 20.0))
+
+
+def test_a_damaged_save_still_fails_after_no_new_commit(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt"
+    DCPCheckpointIO().save_checkpoint(_checkpoint(), path)
+    committed = next(e for e in os.listdir(path) if e.startswith("v-"))
+    os.remove(path / committed / SKELETON)
+    with pytest.raises(CheckpointCorruptedError, match="skeleton"):
+        DCPCheckpointIO().load_checkpoint(path)

@@ -248,7 +248,7 @@ def test_an_interrupt_while_the_temporary_file_is_created_leaves_nothing(
 
 
 def test_teardown_returns_when_an_interrupt_left_the_lock_held(tmp_path: Path) -> None:
-    # CPython may raise KeyboardInterrupt right after `with self._cond:` took the lock and
+    # CPython may raise KeyboardInterrupt right after a Python-level `with` took a lock and
     # before its body is protected: the thread keeps one level of the reentrant lock. teardown
     # then must still stop the worker instead of joining it forever (seen in the SIGINT soak).
     from trainspec.reference.checkpoint_io.background import BackgroundCheckpointIO
@@ -260,7 +260,7 @@ def test_teardown_returns_when_an_interrupt_left_the_lock_held(tmp_path: Path) -
     def interrupted_caller() -> None:
         try:
             io.save_checkpoint({"w": torch.ones(4)}, tmp_path / "c.pt")
-            io._cond.acquire()  # the level an interrupted `with` leaves behind
+            io._lock.acquire()  # the level an interrupted `with` could leave behind
             io.teardown()
             outcome.append(None)
         except BaseException as error:
@@ -272,3 +272,53 @@ def test_teardown_returns_when_an_interrupt_left_the_lock_held(tmp_path: Path) -
     assert not caller.is_alive(), "teardown hung joining the worker"
     assert outcome == [None]
     assert torch.equal(TorchCheckpointIO().load_checkpoint(tmp_path / "c.pt")["w"], torch.ones(4))
+
+
+def _abandon_a_writer(finish: bool) -> None:
+    """In a forked child: an interrupted torch.save into a file that is then closed; the
+    traceback keeps torch's unfinished zip writer alive until it is freed."""
+    import gc
+
+    from trainspec.reference.checkpoint_io.torch_io import finish_abandoned_writers
+
+    class Plain:  # a file-like with no finalizer, raising once its file is closed
+        def __init__(self, raw):
+            self.raw = raw
+
+        def write(self, data):
+            return self.raw.write(data)
+
+        def flush(self):
+            self.raw.flush()
+
+    raw = stdlib_io.BytesIO()
+    real_init = torch.serialization._opener.__init__
+
+    def interrupted_init(self, file_like):
+        real_init(self, file_like)
+        raise KeyboardInterrupt  # what a Ctrl-C right after the writer was made does
+
+    torch.serialization._opener.__init__ = interrupted_init  # type: ignore[method-assign]
+    try:
+        torch.save({"w": torch.ones(3)}, Plain(raw))
+    except KeyboardInterrupt as exc:
+        raw.close()
+        if finish:
+            finish_abandoned_writers(exc)
+        del exc
+    gc.collect()
+
+
+@pytest.mark.parametrize("finish", [True, False])
+def test_an_abandoned_torch_writer_is_finished_before_it_can_abort(finish: bool) -> None:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            _abandon_a_writer(finish)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if finish:
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    else:  # the hazard itself, so the test above can fail
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == 6
