@@ -60,13 +60,13 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from typing_extensions import Self
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from types import FrameType
 
     import torch
@@ -144,6 +144,10 @@ class InterruptOutcome:
     "killed after the timeout")."""
     own: tuple[int, ...] = ()
     """For a counting trial: the points in the implementation's own package."""
+    point: Mapping[str, str | int] = field(default_factory=dict)
+    """Where the interrupt was raised, to find it again: ``event`` ("call" or "c_return"),
+    ``function``, ``file`` (base name), ``line``, ``called`` (the C function a "c_return"
+    returned from) and ``module``."""
 
 
 class KillServerError(RuntimeError):
@@ -433,7 +437,7 @@ class KillServer:
                 f"the kill server's factory process exited (wait status {reply.get('status')}): "
                 f"{self.stderr_tail()}"
             )
-        points, own = reply.get("points"), reply.get("own")
+        points, own, point = reply.get("points"), reply.get("own"), reply.get("point")
         return InterruptOutcome(
             started=reply.get("started") is True,
             ended=str(reply.get("ended", "")),
@@ -446,6 +450,11 @@ class KillServer:
             torn_down=reply.get("torn_down") is True,
             status=str(reply.get("status", "")),
             own=tuple(int(p) for p in own) if isinstance(own, list) else (),
+            point=(
+                {str(k): v for k, v in point.items() if isinstance(v, (str, int))}
+                if isinstance(point, dict)
+                else {}
+            ),
         )
 
 
@@ -657,13 +666,15 @@ class _InterruptAt:
     def __init__(
         self,
         at: int | None,
-        fired: Callable[[str, str], None] = lambda where, module: None,
+        fired: Callable[[dict[str, object]], None] = lambda point: None,
         package: str = "",
     ) -> None:
         self.at = at
         self.count = 0
         self.where = ""
         self.module = ""
+        self.point: dict[str, object] = {}
+        """Where the interrupt was raised: event, function, file, line, called, module."""
         self.own: list[int] = []
         """The points in modules of ``package`` (recorded only when ``at`` is None)."""
         self._fired = fired
@@ -686,7 +697,15 @@ class _InterruptAt:
                 f"{self.module} {code.co_name}{after} "
                 f"({os.path.basename(code.co_filename)}:{frame.f_lineno})"
             )
-            self._fired(self.where, self.module)  # told now: the process may not live to tell
+            self.point = {
+                "event": event,
+                "function": code.co_name,
+                "file": os.path.basename(code.co_filename),
+                "line": frame.f_lineno,
+                "called": called,
+                "module": self.module,
+            }
+            self._fired(self.point)  # told now: the process may not live to tell
             raise KeyboardInterrupt
 
 
@@ -746,7 +765,9 @@ def _interrupt_child(
     at = request["at"]
     profile = _InterruptAt(
         at if isinstance(at, int) else None,
-        lambda where, module: tell({"fired": True, "where": where, "module": module}),
+        lambda point: tell(
+            {"fired": True, "where": profile.where, "module": profile.module, "point": point}
+        ),
         str(request.get("package", "")),
     )
     ended, error = "returned", ""

@@ -105,29 +105,44 @@ def _package(module: str) -> str:
     return module.split(".", 1)[0]
 
 
-def _snippet(target: _Target, operation: str) -> str:
-    call = (
-        "io.save_checkpoint(b, path)"
-        if operation == "save"
-        else "loaded = io.load_checkpoint(path)"
+def _snippet(target: _Target, operation: str, outcome: InterruptOutcome) -> str:
+    """A runnable reproduction: the interrupt at the first time the call reaches the point
+    where the kit raised it (event, function, file, line and, after a C call, its name)."""
+    point = outcome.point
+    if operation == "save":
+        call, after = "io.save_checkpoint(b, path)", "print(io.load_checkpoint(path))  # a or b"
+    else:
+        call, after = "io.load_checkpoint(path)", "print(io.load_checkpoint(path))  # still a"
+    called = point.get("called")
+    after_c = (
+        f'\n                and getattr(arg, "__qualname__", None) == {called!r}' if called else ""
     )
     return _io_snippet(
         target,
         f"""
-        import sys
+        import gc, sys
         a, b = {{"w": torch.zeros(4096)}}, {{"w": torch.ones(4096)}}
         io.save_checkpoint(a, path)
-        at, seen = 100, [0]  # try other points too
-        def interrupt(frame, event, arg):
-            if event in ("call", "c_return"):
-                seen[0] += 1
-                if seen[0] == at:
-                    raise KeyboardInterrupt
+        def interrupt(frame, event, arg):  # Ctrl-C where the kit raised it
+            if (
+                event == {point.get("event", "call")!r}
+                and frame.f_code.co_name == {point.get("function", "")!r}
+                and frame.f_code.co_filename.endswith({point.get("file", "")!r})
+                and frame.f_lineno == {point.get("line", 0)!r}{after_c}
+            ):
+                sys.setprofile(None)
+                raise KeyboardInterrupt
         sys.setprofile(interrupt)
         try:
-            {call}  # must raise KeyboardInterrupt itself
+            {call}
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt, as CKPT-14 requires")
+        else:
+            print("returned normally: the interrupt was lost")
         finally:
             sys.setprofile(None)
+        gc.collect()  # an unfinished torch writer's destructor runs here
+        {after}
         """,
     )
 
@@ -187,7 +202,7 @@ def _decide(target: _Target, operation: str, outcome: InterruptOutcome, package:
             expected=expected,
             actual=actual,
             hint=_HINTS[hint],
-            snippet=_snippet(target, operation),
+            snippet=_snippet(target, operation, outcome),
         )
 
     if not outcome.started:
@@ -252,7 +267,7 @@ def _after(
             expected=expected,
             actual=actual,
             hint=_HINTS["state"],
-            snippet=_snippet(target, operation),
+            snippet=_snippet(target, operation, outcome),
         ) from exc
 
     with _opened(target) as io:

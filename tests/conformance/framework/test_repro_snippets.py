@@ -49,6 +49,8 @@ SAMPLE: list[tuple[str, type, str]] = [
             CKPT.RawFileNotFoundTorchIO,
             CKPT.RawDecodeErrorTorchIO,
             CKPT.StrictRemoveTorchIO,
+            CKPT.TranslatesInterruptTorchIO,  # CKPT-14: the interrupt found again by location
+            CKPT.SwallowsInterruptIO,
         )
     ),
     # hypothesis' smallest failing checkpoint, rebuilt exactly in the snippet
