@@ -27,8 +27,9 @@ and afterwards (garbage collected, so late destructors run):
 An interrupt that fires but does not come out of the operation was swallowed: a finalizer
 that ran Python code, or a ``RuntimeError`` wrapper that was caught. That is a failure.
 
-Scenarios: ``torch`` and ``safetensors`` (save), ``background`` (save then ``wait``, with
-BackgroundCheckpointIO(TorchCheckpointIO())), ``torch-load`` and ``safetensors-load``. Fault
+Scenarios: ``torch``, ``safetensors`` and ``memory`` (save), ``background`` (save then
+``wait``, with BackgroundCheckpointIO(TorchCheckpointIO())), ``torch-load``,
+``safetensors-load`` and ``memory-load``. Fault
 scenarios, not run by default, prove the harness can fail: ``fault-finalizer`` (the
 interrupt is lost in a writer's finalizer) and ``fault-destructor`` (an interrupted
 ``torch.save`` into a file closed before its writer is destroyed).
@@ -45,6 +46,7 @@ signals are handled is CPython 3.11's; other versions check at similar points.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import io as stdlib_io
 import json
@@ -63,7 +65,15 @@ if TYPE_CHECKING:
 
     from trainspec.types import Checkpoint
 
-SCENARIOS = ("torch", "safetensors", "background", "torch-load", "safetensors-load")
+SCENARIOS = (
+    "torch",
+    "safetensors",
+    "background",
+    "memory",
+    "torch-load",
+    "safetensors-load",
+    "memory-load",
+)
 FAULT_SCENARIOS = ("fault-finalizer", "fault-destructor")
 POINT_EVENTS = ("call", "c_return")
 TEARDOWN_WAIT_S = 10.0
@@ -189,6 +199,7 @@ class _RaisingWhenClosed:
 def _make(scenario: str) -> Any:
     from trainspec.reference.checkpoint_io import (
         BackgroundCheckpointIO,
+        MemoryCheckpointIO,
         SafetensorsCheckpointIO,
         TorchCheckpointIO,
     )
@@ -197,6 +208,8 @@ def _make(scenario: str) -> Any:
         return SafetensorsCheckpointIO()
     if scenario == "background":
         return BackgroundCheckpointIO(TorchCheckpointIO())
+    if scenario.startswith("memory"):
+        return MemoryCheckpointIO()
     if scenario == "fault-finalizer":
         return _FaultFinalizerIO()
     if scenario == "fault-destructor":
@@ -260,7 +273,8 @@ def _warm_up(scenario: str, directory: str) -> None:
     io.save_checkpoint(old, path)
     _operation(scenario, io, path)()
     getattr(io, "teardown", lambda: None)()
-    os.unlink(path)
+    with contextlib.suppress(FileNotFoundError):  # a memory IO wrote no file
+        os.unlink(path)
 
 
 def _attempt(scenario: str, directory: str, at: int | None) -> tuple[str, list[str], int]:
@@ -302,7 +316,10 @@ def _attempt(scenario: str, directory: str, at: int | None) -> tuple[str, list[s
     left = _temps(directory)
     if left:
         problems.append(f"left {left}")
-    checker = _make("safetensors" if scenario.startswith("safetensors") else "torch")
+    if scenario.startswith("memory"):
+        checker = io  # its store lives in this instance
+    else:
+        checker = _make("safetensors" if scenario.startswith("safetensors") else "torch")
     try:
         loaded = checker.load_checkpoint(path)
         if not (_same_tensors(loaded, old) or _same_tensors(loaded, new)):

@@ -23,7 +23,15 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "interrupt_every_point.py"
-SCENARIOS = ("torch", "safetensors", "background", "torch-load", "safetensors-load")
+SCENARIOS = (
+    "torch",
+    "safetensors",
+    "background",
+    "memory",
+    "torch-load",
+    "safetensors-load",
+    "memory-load",
+)
 FAULTS = ("fault-finalizer", "fault-destructor")
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs fork")
 
