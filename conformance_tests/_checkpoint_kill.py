@@ -66,7 +66,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 from typing_extensions import Self
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
     from types import FrameType
 
     import torch
@@ -142,6 +142,9 @@ class InterruptOutcome:
     status: str
     """How the child ended when it did not report everything (a signal, an exit status, or
     "killed after the timeout")."""
+    carried: bool = False
+    """For ``"raised"``: the exception carries the interrupt (wraps or replaces it, in its
+    cause/context or as data); otherwise the interrupt was lost before it was raised."""
     own: tuple[int, ...] = ()
     """For a counting trial: the points in the implementation's own package."""
     point: Mapping[str, str | int] = field(default_factory=dict)
@@ -449,6 +452,7 @@ class KillServer:
             survived=reply.get("survived") is True,
             torn_down=reply.get("torn_down") is True,
             status=str(reply.get("status", "")),
+            carried=reply.get("carried") is True,
             own=tuple(int(p) for p in own) if isinstance(own, list) else (),
             point=(
                 {str(k): v for k, v in point.items() if isinstance(v, (str, int))}
@@ -675,6 +679,8 @@ class _InterruptAt:
         self.module = ""
         self.point: dict[str, object] = {}
         """Where the interrupt was raised: event, function, file, line, called, module."""
+        self.raised: KeyboardInterrupt | None = None
+        """The interrupt raised (to tell, later, whether an exception carries it)."""
         self.own: list[int] = []
         """The points in modules of ``package`` (recorded only when ``at`` is None)."""
         self._fired = fired
@@ -706,7 +712,32 @@ class _InterruptAt:
                 "module": self.module,
             }
             self._fired(self.point)  # told now: the process may not live to tell
-            raise KeyboardInterrupt
+            self.raised = KeyboardInterrupt()
+            raise self.raised
+
+
+def _carries(exc: BaseException, target: BaseException | None, depth: int = 0) -> bool:
+    """Whether ``target`` is ``exc`` or reachable from it: its cause and context, and
+    exceptions it holds in its arguments or attributes (an exception group's members, DCP's
+    per-rank failures), a few levels deep."""
+    if target is None or depth > 6:
+        return False
+    if exc is target:
+        return True
+    held = [exc.__cause__, exc.__context__, *exc.args, *getattr(exc, "__dict__", {}).values()]
+    return any(_carries(inner, target, depth + 1) for inner in _exceptions_in(held, 3))
+
+
+def _exceptions_in(value: object, depth: int) -> Iterator[BaseException]:
+    """The exceptions in ``value``: itself, or inside lists, tuples and dict values."""
+    if isinstance(value, BaseException):
+        yield value
+    elif depth > 0 and isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _exceptions_in(item, depth - 1)
+    elif depth > 0 and isinstance(value, dict):
+        for item in value.values():
+            yield from _exceptions_in(item, depth - 1)
 
 
 def _chain(exc: BaseException) -> str:
@@ -770,21 +801,25 @@ def _interrupt_child(
         ),
         str(request.get("package", "")),
     )
-    ended, error = "returned", ""
+    ended, error, carried = "returned", "", False
     sys.setprofile(profile)
     try:
         call()
     except KeyboardInterrupt:
         ended = "interrupted"
     except BaseException as exc:
-        ended, error = "raised", _chain(exc)
+        ended, error, carried = "raised", _chain(exc), _carries(exc, profile.raised)
     finally:
         sys.setprofile(None)
+        # Drop the interrupt: its traceback keeps what the call left unfinished alive, and
+        # the collection below must see what freeing it does (as a real program would).
+        profile.raised = None
     with _suppress():
         tell(
             {
                 "ended": ended,
                 "error": error,
+                "carried": carried,
                 "fired": bool(profile.where),
                 "points": profile.count,
                 "where": profile.where,

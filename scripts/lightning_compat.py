@@ -179,13 +179,6 @@ ANALYSIS: Final[dict[tuple[str, str], str]] = {
     ("torch_checkpoint_io", "check_checkpoint_io_load_refuses_special_files_without_blocking"): (
         _CKPT13
     ),
-    ("torch_checkpoint_io", "check_checkpoint_io_interrupted_load_raises_the_interrupt"): (
-        "Divergence, through fsspec: `TorchCheckpointIO.load_checkpoint` first asks "
-        f"`fs.exists(path)` (`{_L}/plugins/io/torch_io.py`), and fsspec's "
-        "`AbstractFileSystem.exists` returns False from a bare `except:` "
-        "(`fsspec/spec.py`): a Ctrl-C there comes out as `FileNotFoundError('Checkpoint file "
-        "not found')`."
-    ),
     ("async_checkpoint_io", "check_checkpoint_io_rejects_unknown_storage_options"): _CKPT5,
     (
         "async_checkpoint_io",
