@@ -147,6 +147,8 @@ class InterruptOutcome:
     cause/context or as data); otherwise the interrupt was lost before it was raised."""
     own: tuple[int, ...] = ()
     """For a counting trial: the points in the implementation's own package."""
+    importing: tuple[int, ...] = ()
+    """For a counting trial: the points inside an import (not tried)."""
     point: Mapping[str, str | int] = field(default_factory=dict)
     """Where the interrupt was raised, to find it again: ``event`` ("call" or "c_return"),
     ``function``, ``file`` (base name), ``line``, ``called`` (the C function a "c_return"
@@ -441,6 +443,7 @@ class KillServer:
                 f"{self.stderr_tail()}"
             )
         points, own, point = reply.get("points"), reply.get("own"), reply.get("point")
+        importing = reply.get("importing")
         return InterruptOutcome(
             started=reply.get("started") is True,
             ended=str(reply.get("ended", "")),
@@ -454,6 +457,7 @@ class KillServer:
             status=str(reply.get("status", "")),
             carried=reply.get("carried") is True,
             own=tuple(int(p) for p in own) if isinstance(own, list) else (),
+            importing=tuple(int(p) for p in importing) if isinstance(importing, list) else (),
             point=(
                 {str(k): v for k, v in point.items() if isinstance(v, (str, int))}
                 if isinstance(point, dict)
@@ -683,6 +687,9 @@ class _InterruptAt:
         """The interrupt raised (to tell, later, whether an exception carries it)."""
         self.own: list[int] = []
         """The points in modules of ``package`` (recorded only when ``at`` is None)."""
+        self.importing: list[int] = []
+        """The points inside an import (recorded only when ``at`` is None): an interrupt there
+        leaves a half-imported module, and CPython itself may wrap it (``__set_name__``)."""
         self._fired = fired
         self._package = package
 
@@ -690,10 +697,12 @@ class _InterruptAt:
         if event not in _POINT_EVENTS:
             return
         self.count += 1
-        if self.at is None and self._package:
+        if self.at is None:
             name = str(frame.f_globals.get("__name__", ""))
-            if name.split(".", 1)[0] == self._package:
+            if self._package and name.split(".", 1)[0] == self._package:
                 self.own.append(self.count)
+            if _in_import(frame):
+                self.importing.append(self.count)
         if self.count == self.at:
             code = frame.f_code
             self.module = str(frame.f_globals.get("__name__", ""))
@@ -714,6 +723,15 @@ class _InterruptAt:
             self._fired(self.point)  # told now: the process may not live to tell
             self.raised = KeyboardInterrupt()
             raise self.raised
+
+
+def _in_import(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside an import (importlib's frames are on the stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _carries(exc: BaseException, target: BaseException | None, depth: int = 0) -> bool:
@@ -825,6 +843,7 @@ def _interrupt_child(
                 "where": profile.where,
                 "module": profile.module,
                 "own": profile.own,
+                "importing": profile.importing,
             }
         )
         gc.collect()  # an unfinished writer's destructor runs now (and may abort the process)

@@ -89,15 +89,16 @@ def _evenly(points: Sequence[int], limit: int) -> list[int]:
     return sorted({points[(i * last) // (limit - 1)] for i in range(limit)})
 
 
-def _points(total: int, own: Sequence[int], limit: int) -> list[int]:
-    """The points to try: every one of 1..total when ``limit`` is 0; otherwise up to half of
-    ``limit`` among the points in the implementation's own code (``own``), where a swallowed
-    interrupt is decided, and the rest evenly over the other points."""
-    if limit == 0 or total <= limit:
-        return list(range(1, total + 1))
-    mine = _evenly(own, max(1, limit // 2))
+def _points(candidates: Sequence[int], own: Sequence[int], limit: int) -> list[int]:
+    """The points to try among ``candidates``: all of them when ``limit`` is 0 or not
+    smaller; otherwise up to half of ``limit`` among those in the implementation's own code
+    (``own``), where a swallowed interrupt is decided, and the rest evenly over the others."""
+    if limit == 0 or len(candidates) <= limit:
+        return list(candidates)
+    allowed = set(candidates)
+    mine = _evenly([p for p in own if p in allowed], max(1, limit // 2))
     taken = set(own)
-    others = [p for p in range(1, total + 1) if p not in taken]
+    others = [p for p in candidates if p not in taken]
     return sorted(set(mine) | set(_evenly(others, limit - len(mine))))
 
 
@@ -176,7 +177,9 @@ def _interrupt_trials(target: _Target, operation: str) -> None:
                         "decide that"
                     )
                 decided = 0
-                for at in _points(counted.points, counted.own, limit):
+                skipped = set(counted.importing)  # a half-imported module is not the IO's
+                candidates = [p for p in range(1, counted.points + 1) if p not in skipped]
+                for at in _points(candidates, counted.own, limit):
                     outcome = server.interrupt(
                         path, operation=operation, at=at, timeout_s=_TIMEOUT_S
                     )

@@ -1075,12 +1075,50 @@ class NamedTemporaryFileIO(PlainAtomicIO):
             raise
 
 
+class FsspecExistsIO(NamedTemporaryFileIO):
+    """A CORRECT third-party shaped IO whose load asks fsspec whether the file exists first,
+    as Lightning's does: fsspec's ``exists`` returns False from a bare ``except:``, so an
+    interrupt raised there is lost in the library and the load raises
+    ``CheckpointNotFoundError``. CKPT-14 does not hold that against the IO (undecided)."""
+
+    def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
+        import fsspec
+
+        if not fsspec.filesystem("file").exists(os.fspath(path)):
+            raise CheckpointNotFoundError(f"no checkpoint at {os.fspath(path)}")
+        return super().load_checkpoint(path, map_location)
+
+
+class OwnBareExceptLoadIO(FsspecExistsIO):
+    """Third-party shaped: the same check written in the IO's own code with a bare
+    ``except:``, which swallows an interrupt raised there; the load then reports a missing
+    checkpoint instead of the interrupt."""
+
+    clause: ClassVar[str] = "CKPT-14"
+    rejected_by: ClassVar[str] = "check_checkpoint_io_interrupted_load_raises_the_interrupt"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"local_paths"})
+
+    def load_checkpoint(self, path: PathLike, map_location: MapLocation = None) -> Checkpoint:
+        if not self._exists(os.fspath(path)):
+            raise CheckpointNotFoundError(f"no checkpoint at {os.fspath(path)}")
+        return PlainAtomicIO.load_checkpoint(self, path, map_location)
+
+    @staticmethod
+    def _exists(path: str) -> bool:
+        try:
+            os.stat(path)
+            return os.path.isfile(path)
+        except:  # noqa: E722 -- the fault
+            return False
+
+
 CKPT_14_FAULTS: tuple[type[CheckpointIO], ...] = (
     TranslatesInterruptTorchIO,
     TranslatesInterruptOnLoadTorchIO,
     SwallowsInterruptIO,
     LeavesStagedFileOnInterruptIO,
     ClosesUnderTorchWriterIO,
+    OwnBareExceptLoadIO,
 )
 """IOs that translate, swallow or mishandle a KeyboardInterrupt (CKPT-14)."""
 
