@@ -22,6 +22,7 @@ from trainspec.reference._messages import describe_value, parse_ascii_int
 __all__ = [
     "MAX_PORT",
     "check_address",
+    "check_index",
     "check_port",
     "find_free_port",
     "read_address",
@@ -61,6 +62,21 @@ def read_int(
     if value < minimum:
         raise ConfigurationError(
             f"{owner}: environment variable {name} must be an integer >= {minimum}; got {value}."
+        )
+    return value
+
+
+def check_index(
+    value: int, name: str, bound: int, bound_name: str, *, owner: str, inclusive: bool = False
+) -> int:
+    """``value`` (of variable ``name``) if it is in ``[0, bound)``, or ``[0, bound]`` when
+    ``inclusive``; otherwise :class:`~trainspec.ConfigurationError` naming both variables
+    (a rank beyond the world size, a local rank beyond the rank)."""
+    if value > bound if inclusive else value >= bound:
+        closing = "]" if inclusive else ")"
+        raise ConfigurationError(
+            f"{owner}: environment variable {name} must be in [0, {bound_name}={bound}"
+            f"{closing}; got {value}."
         )
     return value
 

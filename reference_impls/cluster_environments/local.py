@@ -25,6 +25,7 @@ from trainspec.cluster_environment import ClusterEnvironment
 from trainspec.errors import ConfigurationError
 from trainspec.reference.cluster_environments._variables import (
     check_address,
+    check_index,
     check_port,
     find_free_port,
     read_address,
@@ -107,13 +108,7 @@ class LocalEnvironment(ClusterEnvironment):
         """``RANK``, else ``0``; ``RANK >= WORLD_SIZE`` raises
         :class:`~trainspec.ConfigurationError` (ENV-4, ENV-5)."""
         rank = read_int("RANK", 0, owner=_NAME)
-        world_size = self.world_size
-        if rank >= world_size:
-            raise ConfigurationError(
-                f"{_NAME}: environment variable RANK must be in [0, WORLD_SIZE={world_size}); "
-                f"got {rank}."
-            )
-        return rank
+        return check_index(rank, "RANK", self.world_size, "WORLD_SIZE", owner=_NAME)
 
     @property
     def local_rank(self) -> int:
@@ -121,12 +116,7 @@ class LocalEnvironment(ClusterEnvironment):
         (ENV-4, ENV-5)."""
         rank = self.global_rank
         local = read_int("LOCAL_RANK", rank, owner=_NAME)
-        if local > rank:
-            raise ConfigurationError(
-                f"{_NAME}: environment variable LOCAL_RANK must be in [0, RANK={rank}]; "
-                f"got {local}."
-            )
-        return local
+        return check_index(local, "LOCAL_RANK", rank, "RANK", owner=_NAME, inclusive=True)
 
     @property
     def node_rank(self) -> int:

@@ -26,6 +26,7 @@ from trainspec.cluster_environment import ClusterEnvironment
 from trainspec.errors import ConfigurationError
 from trainspec.reference._messages import describe_value, is_ascii_digits
 from trainspec.reference.cluster_environments._variables import (
+    check_index,
     read_address,
     read_int,
     read_port,
@@ -114,25 +115,16 @@ class SLURMEnvironment(ClusterEnvironment):
     def global_rank(self) -> int:
         """``SLURM_PROCID``, in ``[0, SLURM_NTASKS)`` (ENV-4)."""
         rank = read_int("SLURM_PROCID", owner=_NAME)
-        world_size = self.world_size
-        if rank >= world_size:
-            raise ConfigurationError(
-                f"{_NAME}: environment variable SLURM_PROCID must be in "
-                f"[0, SLURM_NTASKS={world_size}); got {rank}."
-            )
-        return rank
+        return check_index(rank, "SLURM_PROCID", self.world_size, "SLURM_NTASKS", owner=_NAME)
 
     @property
     def local_rank(self) -> int:
         """``SLURM_LOCALID``, in ``[0, SLURM_PROCID]`` (ENV-4)."""
         rank = self.global_rank
         local = read_int("SLURM_LOCALID", owner=_NAME)
-        if local > rank:
-            raise ConfigurationError(
-                f"{_NAME}: environment variable SLURM_LOCALID must be in "
-                f"[0, SLURM_PROCID={rank}]; got {local}."
-            )
-        return local
+        return check_index(
+            local, "SLURM_LOCALID", rank, "SLURM_PROCID", owner=_NAME, inclusive=True
+        )
 
     @property
     def node_rank(self) -> int:

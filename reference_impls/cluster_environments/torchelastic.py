@@ -22,7 +22,12 @@ from typing import Final
 
 from trainspec.cluster_environment import ClusterEnvironment
 from trainspec.errors import ConfigurationError
-from trainspec.reference.cluster_environments._variables import read_address, read_int, read_port
+from trainspec.reference.cluster_environments._variables import (
+    check_index,
+    read_address,
+    read_int,
+    read_port,
+)
 
 __all__ = ["TorchElasticEnvironment"]
 
@@ -86,25 +91,14 @@ class TorchElasticEnvironment(ClusterEnvironment):
     def global_rank(self) -> int:
         """``RANK``, in ``[0, WORLD_SIZE)`` (ENV-4)."""
         rank = read_int("RANK", owner=_NAME)
-        world_size = self.world_size
-        if rank >= world_size:
-            raise ConfigurationError(
-                f"{_NAME}: environment variable RANK must be in [0, WORLD_SIZE={world_size}); "
-                f"got {rank}."
-            )
-        return rank
+        return check_index(rank, "RANK", self.world_size, "WORLD_SIZE", owner=_NAME)
 
     @property
     def local_rank(self) -> int:
         """``LOCAL_RANK``, in ``[0, RANK]`` (ENV-4)."""
         rank = self.global_rank
         local = read_int("LOCAL_RANK", owner=_NAME)
-        if local > rank:
-            raise ConfigurationError(
-                f"{_NAME}: environment variable LOCAL_RANK must be in [0, RANK={rank}]; "
-                f"got {local}."
-            )
-        return local
+        return check_index(local, "LOCAL_RANK", rank, "RANK", owner=_NAME, inclusive=True)
 
     @property
     def node_rank(self) -> int:
