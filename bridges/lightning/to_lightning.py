@@ -399,21 +399,12 @@ def _first_tensor_device(data: object) -> torch.device | None:
     return None
 
 
-class TrainspecFabricPrecision(FabricPrecision):
-    """A Fabric ``Precision`` delegating to a trainspec Precision (``precision`` attribute is
-    the trainspec flag)."""
+class _DelegatedPrecision:
+    """The members the Fabric and Trainer precision bridges share: each delegates to
+    ``trainspec_precision``, setting it up on first use through ``_delegate``."""
 
-    def __init__(
-        self,
-        precision: Precision,
-        *,
-        device: torch.device | str | None = None,
-        _owned: bool = False,
-    ) -> None:
-        _check(precision, Precision, "Precision", "to_fabric_precision")
-        self._delegate = _PrecisionDelegate(precision, device, _owned)
-        self.trainspec_precision = precision
-        self.precision = precision.flag
+    trainspec_precision: Precision
+    _delegate: _PrecisionDelegate
 
     def convert_module(self, module: Module) -> Module:
         return self.trainspec_precision.convert_module(module)
@@ -432,6 +423,38 @@ class TrainspecFabricPrecision(FabricPrecision):
     def convert_input(self, data: Any) -> Any:
         self._delegate.ensure_setup(_first_tensor_device(data), "convert_input")
         return self.trainspec_precision.convert_input(data)
+
+    def unscale_gradients(self, optimizer: Optimizer) -> None:
+        self.trainspec_precision.unscale_gradients(_real_optimizer(optimizer))
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.trainspec_precision.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.trainspec_precision.load_state_dict(state_dict)
+
+    def teardown(self) -> None:
+        self._delegate.teardown()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.trainspec_precision!r})"
+
+
+class TrainspecFabricPrecision(_DelegatedPrecision, FabricPrecision):
+    """A Fabric ``Precision`` delegating to a trainspec Precision (``precision`` attribute is
+    the trainspec flag)."""
+
+    def __init__(
+        self,
+        precision: Precision,
+        *,
+        device: torch.device | str | None = None,
+        _owned: bool = False,
+    ) -> None:
+        _check(precision, Precision, "Precision", "to_fabric_precision")
+        self._delegate = _PrecisionDelegate(precision, device, _owned)
+        self.trainspec_precision = precision
+        self.precision = precision.flag
 
     def backward(
         self, tensor: torch.Tensor, model: Module | None, *args: Any, **kwargs: Any
@@ -458,21 +481,6 @@ class TrainspecFabricPrecision(FabricPrecision):
         self.trainspec_precision.optimizer_step(_real_optimizer(optimizer))
         return None
 
-    def unscale_gradients(self, optimizer: Optimizer) -> None:
-        self.trainspec_precision.unscale_gradients(_real_optimizer(optimizer))
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.trainspec_precision.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.trainspec_precision.load_state_dict(state_dict)
-
-    def teardown(self) -> None:
-        self._delegate.teardown()
-
-    def __repr__(self) -> str:
-        return f"TrainspecFabricPrecision({self.trainspec_precision!r})"
-
 
 def _real_optimizer(optimizer: Any) -> Optimizer:
     inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's optimizer wrappers
@@ -489,7 +497,7 @@ def to_fabric_precision(
     return TrainspecFabricPrecision(precision, device=device)
 
 
-class TrainspecTrainerPrecision(TrainerPrecision):
+class TrainspecTrainerPrecision(_DelegatedPrecision, TrainerPrecision):
     """A Trainer ``Precision`` delegating to a trainspec Precision.
 
     The Trainer's step: ``optimizer_step(optimizer, model, closure)`` runs ``closure()`` (the
@@ -505,23 +513,6 @@ class TrainspecTrainerPrecision(TrainerPrecision):
         self._delegate = _PrecisionDelegate(precision, device, owned=False)
         self.trainspec_precision = precision
         self.precision = precision.flag
-
-    def convert_module(self, module: Module) -> Module:
-        return self.trainspec_precision.convert_module(module)
-
-    def module_init_context(self) -> AbstractContextManager[None]:
-        return self.trainspec_precision.module_init_context()
-
-    def tensor_init_context(self) -> AbstractContextManager[None]:
-        return self.trainspec_precision.module_init_context()
-
-    def forward_context(self) -> AbstractContextManager[None]:
-        self._delegate.ensure_setup(None, "forward_context")
-        return self.trainspec_precision.forward_context()
-
-    def convert_input(self, data: Any) -> Any:
-        self._delegate.ensure_setup(_first_tensor_device(data), "convert_input")
-        return self.trainspec_precision.convert_input(data)
 
     def backward(
         self, tensor: torch.Tensor, model: Any, optimizer: Any, *args: Any, **kwargs: Any
@@ -552,9 +543,6 @@ class TrainspecTrainerPrecision(TrainerPrecision):
         self.trainspec_precision.optimizer_step(real)
         return closure_result
 
-    def unscale_gradients(self, optimizer: Optimizer) -> None:
-        self.trainspec_precision.unscale_gradients(_real_optimizer(optimizer))
-
     def clip_gradients(
         self, optimizer: Optimizer, clip_val: float = 0.0, gradient_clip_algorithm: Any = None
     ) -> None:
@@ -566,18 +554,6 @@ class TrainspecTrainerPrecision(TrainerPrecision):
             super().clip_gradients(optimizer, clip_val)
         else:
             super().clip_gradients(optimizer, clip_val, gradient_clip_algorithm)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.trainspec_precision.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.trainspec_precision.load_state_dict(state_dict)
-
-    def teardown(self) -> None:
-        self._delegate.teardown()
-
-    def __repr__(self) -> str:
-        return f"TrainspecTrainerPrecision({self.trainspec_precision!r})"
 
 
 def to_trainer_precision(
